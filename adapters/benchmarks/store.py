@@ -1,0 +1,285 @@
+"""``fleetledger bench store``: our log against raw psycopg, on the same server, in one run.
+
+Every figure is printed beside a reference measured in the same run on the same server, so the
+ratios hold across machines even when absolute numbers do not. The benchmark never writes to the
+log it is pointed at: on Postgres it creates a scratch database on that server (and drops it); on
+SQLite it uses a scratch file.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+import structlog
+from sqlalchemy.engine import make_url
+
+from eventstore import ANY, NewEvent, open_store
+from eventstore import migrate
+from eventstore._engine import normalise_url, resolve_url
+
+__all__ = ["Measurement", "StoreBenchReport", "run_store_bench"]
+
+log = structlog.get_logger("bench.store")
+
+WRITER_THREADS = 8
+BATCH = 100
+READ_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    name: str
+    rate: float
+    unit: str
+    reference: str | None = None
+    ratio: float | None = None
+    target: str | None = None
+    met: bool | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreBenchReport:
+    backend: str
+    events: int
+    measurements: tuple[Measurement, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "backend": self.backend,
+            "events": self.events,
+            "measurements": [m.to_dict() for m in self.measurements],
+        }
+
+    def render(self) -> str:
+        lines = [f"bench store — {self.backend}, {self.events} events per write test"]
+        for m in self.measurements:
+            line = f"  {m.name:<38} {m.rate:>12,.0f} {m.unit}"
+            if m.ratio is not None:
+                line += f"   {m.ratio:5.2f}× {m.reference}"
+            if m.target is not None:
+                line += f"   target {m.target}: {'met' if m.met else 'NOT MET'}"
+            lines.append(line)
+        return "\n".join(lines)
+
+
+def _event(i: int) -> NewEvent:
+    # Realistic bodies: a small payload and the correlation metadata every domain event carries.
+    return NewEvent(
+        "BenchEvent",
+        {"index": i, "node": f"node-{i % 50}", "cpu_milli": 250 * (i % 8), "ok": True},
+        metadata={"correlation_id": f"req-{i}", "actor": "bench"},
+    )
+
+
+def _timed(work: Callable[[], int]) -> float:
+    """Run ``work`` (which returns how many units it did) and return units per second."""
+    started = time.perf_counter()
+    done = work()
+    return done / (time.perf_counter() - started)
+
+
+@contextmanager
+def _scratch_database(url: str) -> Iterator[str]:
+    parsed = normalise_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="fleetledger-bench-") as folder:
+            yield f"sqlite:///{Path(folder) / 'bench.db'}"
+        return
+    name = f"fleetledger_bench_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(parsed, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield parsed.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+def run_store_bench(url: str | None = None, *, events: int = 2000) -> StoreBenchReport:
+    """Measure appends and replay; see the module docstring."""
+    if events < WRITER_THREADS * 10:
+        raise ValueError(f"--events must be at least {WRITER_THREADS * 10}")
+    with _scratch_database(resolve_url(url)) as scratch:
+        migrate.upgrade(scratch)
+        is_postgres = not scratch.startswith("sqlite")
+        measurements: list[Measurement] = []
+        raw_insert = _raw_single_insert_rate(scratch, events) if is_postgres else None
+        raw_batch = _raw_batch_insert_rate(scratch, events * 5) if is_postgres else None
+        with open_store(scratch) as store:
+            log.info("measuring single appends, 1 writer", events=events)
+            single = _timed(lambda: _append_singles(store, "bench-single", events))
+            log.info("measuring single appends, 8 writers", events=events)
+            threaded = _timed(lambda: _append_threaded(store, events))
+            log.info("measuring 100-event appends", events=events * 5)
+            batched = _timed(lambda: _append_batches(store, events * 5))
+            total = store.head()
+            raw_read = _raw_read_rate(scratch) if is_postgres else None
+            log.info("measuring replay", events=total)
+            replay = _timed(lambda: _replay(store))
+        measurements.extend(
+            [
+                _compare("raw psycopg INSERT, commit each", raw_insert, None, None, "commits/s"),
+                _compare("append 1 event, 1 writer", single, raw_insert, 0.95, "appends/s"),
+                _compare("append 1 event, 8 writers", threaded, raw_insert, 2.0, "appends/s"),
+                _compare("raw psycopg executemany 100/txn", raw_batch, None, None, "events/s"),
+                Measurement(
+                    "append 100 events per call",
+                    batched,
+                    "events/s",
+                    "raw executemany" if raw_batch else None,
+                    batched / raw_batch if raw_batch else None,
+                    ">= 15,000 events/s",
+                    batched >= 15_000,
+                ),
+                _compare("raw read data::text + json.loads", raw_read, None, None, "events/s"),
+                _compare("read_all replay into RecordedEvent", replay, raw_read, 1.0, "events/s"),
+            ]
+        )
+    return StoreBenchReport(
+        backend="postgres" if is_postgres else "sqlite",
+        events=events,
+        measurements=tuple(m for m in measurements if m.rate > 0),
+    )
+
+
+def _compare(
+    name: str, rate: float | None, reference: float | None, factor: float | None, unit: str
+) -> Measurement:
+    if rate is None:
+        return Measurement(name, 0.0, unit)
+    if reference is None or factor is None:
+        return Measurement(name, rate, unit)
+    ratio = rate / reference
+    return Measurement(name, rate, unit, "raw", ratio, f">= {factor}× raw", ratio >= factor)
+
+
+def _append_singles(store: object, stream: str, count: int) -> int:
+    from eventstore import EventStore
+
+    assert isinstance(store, EventStore)
+    for i in range(count):
+        store.append(stream, [_event(i)], expected_version=ANY)
+    return count
+
+
+def _append_threaded(store: object, count: int) -> int:
+    per_thread = count // WRITER_THREADS
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            _append_singles(store, f"bench-thread-{n}", per_thread)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(WRITER_THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return per_thread * WRITER_THREADS
+
+
+def _append_batches(store: object, count: int) -> int:
+    from eventstore import EventStore
+
+    assert isinstance(store, EventStore)
+    calls = count // BATCH
+    for c in range(calls):
+        store.append(
+            f"bench-batch-{c % 20}", [_event(c * BATCH + i) for i in range(BATCH)], expected_version=ANY
+        )
+    return calls * BATCH
+
+
+def _replay(store: object) -> int:
+    from eventstore import EventStore
+
+    assert isinstance(store, EventStore)
+    position = 0
+    seen = 0
+    while page := store.read_all(after=position, limit=READ_PAGE):
+        seen += len(page)
+        position = page[-1].global_position
+    return seen
+
+
+def _psycopg_url(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _raw_single_insert_rate(url: str, count: int) -> float:
+    import psycopg
+
+    with psycopg.connect(_psycopg_url(url), autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_raw (id bigserial PRIMARY KEY, stream_id text, data json)")
+        rows = [("bench-raw", json.dumps(_event(i).data)) for i in range(count)]
+        log.info("measuring raw single-insert commits", events=count)
+
+        def work() -> int:
+            for row in rows:
+                conn.execute("INSERT INTO bench_raw (stream_id, data) VALUES (%s, %s)", row)
+            return count
+
+        return _timed(work)
+
+
+def _raw_batch_insert_rate(url: str, count: int) -> float:
+    import psycopg
+
+    with psycopg.connect(_psycopg_url(url)) as conn:
+        rows = [("bench-raw", json.dumps(_event(i).data)) for i in range(count)]
+        log.info("measuring raw executemany", events=count)
+
+        def work() -> int:
+            for start in range(0, count, BATCH):
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO bench_raw (stream_id, data) VALUES (%s, %s)",
+                        rows[start : start + BATCH],
+                    )
+                conn.commit()
+            return count
+
+        return _timed(work)
+
+
+def _raw_read_rate(url: str) -> float:
+    import psycopg
+
+    sql = (
+        "SELECT global_position, stream_id, stream_version, event_id, type, schema_version, "
+        "data::text, metadata::text, recorded_at, hash FROM events WHERE global_position > %s "
+        "ORDER BY global_position LIMIT %s"
+    )
+    with psycopg.connect(_psycopg_url(url)) as conn:
+        log.info("measuring raw read + decode")
+
+        def work() -> int:
+            position = 0
+            seen = 0
+            loads = json.loads
+            while rows := conn.execute(sql, (position, READ_PAGE)).fetchall():
+                decoded = [(*r[:6], loads(r[6]), loads(r[7]), *r[8:]) for r in rows]
+                seen += len(decoded)
+                position = rows[-1][0]
+            conn.rollback()
+            return seen
+
+        return _timed(work)

@@ -1,0 +1,134 @@
+"""Machine templates and their hash: requests with equal hashes can share one cloud call.
+
+Seed 01 ("How Requests Are Grouped"): the hash covers every field that must be identical across a
+batch; per-machine variations (machine name, zones, tags) travel in the ``BatchPutMachine`` header
+instead and never enter the hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Literal
+
+from domain.errors import InvalidCommand
+
+__all__ = ["MachineTemplate", "Priority", "template_hash"]
+
+Priority = Literal["spot", "regular"]
+
+_TEXT_FIELDS = (
+    "vm_size",
+    "mode",
+    "gpu_profile",
+    "orchestrator_version",
+    "os_sku",
+    "os_disk_type",
+    "vnet_subnet_id",
+)
+_COUNT_FIELDS = ("max_pods", "os_disk_size_gb")
+
+
+@dataclass(frozen=True, slots=True)
+class MachineTemplate:
+    """Everything about a machine that is shared by all machines of one batch."""
+
+    vm_size: str
+    priority: Priority = "regular"
+    mode: str = "User"
+    gpu_profile: str | None = None
+    orchestrator_version: str | None = None
+    max_pods: int | None = None
+    kubelet_config: tuple[tuple[str, str], ...] = field(default=())
+    os_sku: str | None = None
+    os_disk_size_gb: int | None = None
+    os_disk_type: str | None = None
+    enable_fips: bool = False
+    vnet_subnet_id: str | None = None
+
+    def __post_init__(self) -> None:
+        # Equal templates must have equal hashes, and ``template_hash`` is memoised on equality,
+        # so values that compare equal but encode differently (``0`` vs ``False``, ``30`` vs
+        # ``30.0``) are refused here instead of splitting or merging batches by accident.
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidCommand(f"{name} must be a string, got {value!r}")
+        if not self.vm_size:
+            raise InvalidCommand("vm_size must name a VM size, e.g. 'Standard_D4s_v5'")
+        if self.priority not in ("spot", "regular"):
+            raise InvalidCommand(f"priority must be 'spot' or 'regular', got {self.priority!r}")
+        for name in _COUNT_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value <= 0):
+                raise InvalidCommand(f"{name} must be a positive integer or absent, got {value!r}")
+        if type(self.enable_fips) is not bool:
+            raise InvalidCommand(f"enable_fips must be true or false, got {self.enable_fips!r}")
+        self._canonicalise_kubelet_config()
+
+    def _canonicalise_kubelet_config(self) -> None:
+        # The hash already ignores kubelet_config order (it goes through a JSON object), so
+        # equality must too: otherwise two templates with one hash could compare unequal and an
+        # idempotent retry would look like a conflicting one. Duplicate keys are refused rather
+        # than "last one wins", which would silently drop a setting.
+        pairs = tuple(self.kubelet_config)
+        for pair in pairs:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise InvalidCommand(f"kubelet_config entries must be (key, value) pairs: {pair!r}")
+            if not all(isinstance(part, str) for part in pair):
+                raise InvalidCommand(
+                    f"kubelet_config entries must be (key, value) strings: {pair!r}"
+                )
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) != len(keys):
+            duplicates = sorted({key for key in keys if keys.count(key) > 1})
+            raise InvalidCommand(
+                f"kubelet_config sets {', '.join(duplicates)} more than once; give each key once"
+            )
+        canonical = tuple(sorted(pairs))
+        if canonical != self.kubelet_config:
+            object.__setattr__(self, "kubelet_config", canonical)
+
+    def to_data(self) -> dict[str, object]:
+        """JSON-ready form; ``kubelet_config`` becomes an object."""
+        data = asdict(self)
+        data["kubelet_config"] = dict(self.kubelet_config)
+        return data
+
+    @classmethod
+    def from_data(cls, data: dict[str, object]) -> MachineTemplate:
+        """Inverse of :meth:`to_data`; unknown keys are refused so typos do not split batches."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown machine template field(s): {', '.join(unknown)}")
+        values = dict(data)
+        kubelet = values.get("kubelet_config") or {}
+        if not isinstance(kubelet, dict):
+            raise ValueError("kubelet_config must be an object of string values")
+        values["kubelet_config"] = tuple(sorted((str(k), str(v)) for k, v in kubelet.items()))
+        try:
+            return cls(**values)  # type: ignore[arg-type]
+        except TypeError as e:  # a required field is missing
+            raise ValueError(f"machine template is incomplete: {e}") from e
+
+
+def template_hash(template: MachineTemplate) -> str:
+    """SHA-256 of the template's canonical JSON, first 16 hex characters.
+
+    Canonical means: sorted keys, compact separators, and one spelling for "absent" — a field that
+    is ``None`` (or an empty kubelet config) is left out, so adding a new optional field later does
+    not change the hash of templates that do not set it.
+    """
+    return _memoised_hash(template)
+
+
+# The grouper hashes every request; a burst uses a handful of templates, so memoising on template
+# equality turns ~15 µs of asdict + json + sha256 into a dict lookup. Pure: same input, same output.
+@lru_cache(maxsize=1024)
+def _memoised_hash(template: MachineTemplate) -> str:
+    canonical = {k: v for k, v in template.to_data().items() if v is not None and v != {}}
+    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(encoded.encode("utf-8")).hexdigest()[:16]

@@ -1,0 +1,93 @@
+"""fleetledger's event log: streams of JSON events in one global, hash-chained order.
+
+Quick start::
+
+    from eventstore import open_store, NewEvent
+    with open_store("sqlite:///fleetledger.db") as store:
+        store.append("vm-batch-1", [NewEvent("BatchSealed", {"size": 5})], expected_version=0)
+        for event in store.read_all():
+            print(event.global_position, event.type, event.data)
+
+Postgres (``postgresql+psycopg://…``) is the production backend; embedded SQLite serves
+development and the simulator. Both pass the same contract tests.
+"""
+
+from __future__ import annotations
+
+from eventstore._engine import DEFAULT_DATABASE_URL, resolve_url
+from eventstore._sql import SqlBackend
+from eventstore._store import EventStore
+from eventstore._subscriptions import Handler, Subscription
+from eventstore._types import (
+    ANY,
+    NO_STREAM,
+    STREAM_EXISTS,
+    AppendResult,
+    ExpectedVersion,
+    NewEvent,
+    RecordedEvent,
+    Snapshot,
+    StreamAppend,
+    VerifyReport,
+)
+from eventstore._upcasting import Upcaster, Upcasters
+from eventstore.errors import (
+    CorruptLog,
+    DuplicateEventId,
+    EventStoreError,
+    InvalidEvent,
+    SchemaOutOfDate,
+    StoreUnavailable,
+    SubscriptionFailed,
+    WrongExpectedVersion,
+)
+
+__all__ = [
+    "ANY",
+    "DEFAULT_DATABASE_URL",
+    "NO_STREAM",
+    "STREAM_EXISTS",
+    "AppendResult",
+    "CorruptLog",
+    "DuplicateEventId",
+    "EventStore",
+    "EventStoreError",
+    "ExpectedVersion",
+    "Handler",
+    "InvalidEvent",
+    "NewEvent",
+    "RecordedEvent",
+    "SchemaOutOfDate",
+    "Snapshot",
+    "StoreUnavailable",
+    "StreamAppend",
+    "Subscription",
+    "SubscriptionFailed",
+    "Upcaster",
+    "Upcasters",
+    "VerifyReport",
+    "WrongExpectedVersion",
+    "open_store",
+]
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    upcasters: Upcasters | None = None,
+    max_event_bytes: int | None = None,
+    pool_size: int = 5,
+) -> EventStore:
+    """Open the log at ``url``, or ``FLEETLEDGER_DATABASE_URL``, or ``sqlite:///fleetledger.db``.
+
+    Raises SchemaOutOfDate when the database is not migrated to this code's revision (the message
+    names the command to run) and StoreUnavailable when it cannot be reached.
+    """
+    backend = SqlBackend(resolve_url(url), pool_size=pool_size)
+    try:
+        backend.check_schema()
+    except BaseException:
+        backend.close()
+        raise
+    options = {} if max_event_bytes is None else {"max_event_bytes": max_event_bytes}
+    return EventStore(backend, upcasters=upcasters, **options)

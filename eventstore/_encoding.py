@@ -1,0 +1,199 @@
+"""Validation and canonical encoding of appends, done once before anything touches the database.
+
+Event bodies are stored as the canonical JSON text produced here (sorted keys, compact, UTF-8), and
+the hash chain is computed over that same text. Storing the canonical text verbatim means
+``verify`` can re-hash exactly what is stored without re-serialising, so it cannot be fooled by a
+serializer that changes between versions.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eventstore._types import (
+    ANY,
+    NO_STREAM,
+    STREAM_EXISTS,
+    ExpectedVersion,
+    NewEvent,
+    StreamAppend,
+    _ExpectedVersionMarker,
+)
+from eventstore.errors import InvalidEvent
+
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "EXPECT_ANY",
+    "EXPECT_EXISTS",
+    "PreparedAppend",
+    "PreparedEvent",
+    "canonical_json",
+    "prepare_append",
+    "prepare_many",
+]
+
+DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
+"""Per event, data plus metadata. Large blobs belong in object storage with a reference here."""
+
+MAX_NAME_LENGTH = 200
+# Wire codes for the non-numeric expectations: the Postgres append function and the SQLite
+# implementation share them.
+EXPECT_ANY = -1
+EXPECT_EXISTS = -2
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    event_id: uuid.UUID
+    type: str
+    schema_version: int
+    data_text: str
+    metadata_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedAppend:
+    stream_id: str
+    events: tuple[PreparedEvent, ...]
+    expected: int
+    """A version >= 0 (0: the stream must not exist), EXPECT_ANY or EXPECT_EXISTS."""
+    expected_label: ExpectedVersion
+
+    def describe_expected(self) -> str:
+        return repr(self.expected_label)
+
+
+def canonical_json(value: object, *, what: str) -> str:
+    """Sorted-key compact JSON; NaN, infinities and non-JSON types are refused."""
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as e:
+        raise InvalidEvent(f"{what} is not JSON-serialisable: {e}") from e
+
+
+def _check_name(value: object, *, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidEvent(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidEvent(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}")
+    # Control characters would make the hash-chain input ambiguous (fields are newline-separated)
+    # and are never meaningful in an identifier.
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InvalidEvent(f"{what} {value!r} contains a control character")
+    return value
+
+
+def _expected_code(expected: object) -> int:
+    if expected is ANY:
+        return EXPECT_ANY
+    if expected is STREAM_EXISTS:
+        return EXPECT_EXISTS
+    if expected is NO_STREAM:
+        return 0
+    if isinstance(expected, int) and not isinstance(expected, bool) and expected >= 0:
+        return expected
+    raise InvalidEvent(
+        f"expected_version must be ANY, NO_STREAM, STREAM_EXISTS or an int >= 0, got {expected!r}"
+    )
+
+
+def _event_id(value: object) -> uuid.UUID:
+    if value is None:
+        return uuid.uuid4()
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError as e:
+            raise InvalidEvent(f"event_id {value!r} is not a UUID") from e
+    raise InvalidEvent(f"event_id must be a UUID, a UUID string or None, got {value!r}")
+
+
+def _prepare_event(event: object, *, max_event_bytes: int) -> PreparedEvent:
+    if not isinstance(event, NewEvent):
+        raise InvalidEvent(f"expected a NewEvent, got {type(event).__name__}")
+    event_type = _check_name(event.type, what="event type")
+    version = event.schema_version
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise InvalidEvent(f"schema_version must be an int >= 1, got {version!r}")
+    if not isinstance(event.data, Mapping):
+        raise InvalidEvent(f"event data must be a JSON object (a mapping), got {type(event.data)}")
+    if not isinstance(event.metadata, Mapping):
+        raise InvalidEvent("event metadata must be a JSON object (a mapping)")
+    data_text = canonical_json(event.data, what=f"data of {event_type!r}")
+    metadata_text = canonical_json(event.metadata, what=f"metadata of {event_type!r}")
+    try:
+        size = len(data_text.encode("utf-8")) + len(metadata_text.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise InvalidEvent(f"{event_type!r} holds text that is not valid Unicode: {e}") from e
+    if size > max_event_bytes:
+        raise InvalidEvent(
+            f"{event_type!r} is {size} bytes of data and metadata; the limit is {max_event_bytes}. "
+            "Store large payloads elsewhere and append a reference"
+        )
+    return PreparedEvent(
+        event_id=_event_id(event.event_id),
+        type=event_type,
+        schema_version=version,
+        data_text=data_text,
+        metadata_text=metadata_text,
+    )
+
+
+def prepare_append(
+    stream_id: object,
+    events: Sequence[NewEvent],
+    expected_version: object,
+    *,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> PreparedAppend:
+    """Validate one stream's append and encode its events; raises InvalidEvent."""
+    stream = _check_name(stream_id, what="stream id")
+    expected = _expected_code(expected_version)
+    if isinstance(events, (str, bytes, Mapping)) or not isinstance(events, Sequence):
+        raise InvalidEvent("events must be a list of NewEvent")
+    if not events:
+        raise InvalidEvent(f"append to {stream!r} has no events")
+    prepared = tuple(_prepare_event(e, max_event_bytes=max_event_bytes) for e in events)
+    ids = [e.event_id for e in prepared]
+    if len(set(ids)) != len(ids):
+        raise InvalidEvent(f"append to {stream!r} repeats an event id")
+    label: ExpectedVersion = (
+        expected_version if isinstance(expected_version, _ExpectedVersionMarker) else expected
+    )
+    return PreparedAppend(stream_id=stream, events=prepared, expected=expected, expected_label=label)
+
+
+def prepare_many(
+    appends: Sequence[StreamAppend], *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> tuple[PreparedAppend, ...]:
+    """Validate a multi-stream append; streams come back sorted by id (the lock order)."""
+    if isinstance(appends, (str, bytes)) or not isinstance(appends, Sequence) or not appends:
+        raise InvalidEvent("append_many needs a non-empty list of StreamAppend")
+    prepared: list[PreparedAppend] = []
+    for item in appends:
+        if not isinstance(item, StreamAppend):
+            raise InvalidEvent(f"expected a StreamAppend, got {type(item).__name__}")
+        prepared.append(
+            prepare_append(
+                item.stream_id, item.events, item.expected_version, max_event_bytes=max_event_bytes
+            )
+        )
+    streams = [p.stream_id for p in prepared]
+    if len(set(streams)) != len(streams):
+        raise InvalidEvent("append_many names a stream twice; merge its events into one append")
+    ids = [e.event_id for p in prepared for e in p.events]
+    if len(set(ids)) != len(ids):
+        raise InvalidEvent("append_many repeats an event id")
+    return tuple(sorted(prepared, key=lambda p: p.stream_id))
+
+
+def decode_json(text: str) -> Any:
+    return json.loads(text)

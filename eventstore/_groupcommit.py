@@ -1,0 +1,112 @@
+"""Group commit: concurrent appends from threads of one process share one transaction.
+
+Leader/follower: the first caller to arrive while no commit is running becomes the leader and
+commits everything queued so far (its own request first) in one transaction; callers arriving
+meanwhile queue up. When the leader's commit returns, it hands leadership to the oldest queued
+caller, if any, and returns its own result immediately. A lone writer therefore pays no thread
+hop, and under contention one commit (and one fsync) serves many callers.
+
+Each queued request keeps its own outcome: the backend checks every request separately inside the
+shared transaction, so one caller's version conflict never fails another's append.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+__all__ = ["GroupCommitter"]
+
+RequestT = TypeVar("RequestT")
+OutcomeT = TypeVar("OutcomeT")
+
+
+class _Waiter(Generic[RequestT, OutcomeT]):
+    __slots__ = ("error", "outcome", "promoted", "request", "signal", "weight")
+
+    def __init__(self, request: RequestT, weight: int) -> None:
+        self.request = request
+        self.weight = weight
+        self.signal = threading.Event()
+        self.promoted = False
+        self.outcome: OutcomeT | None = None
+        self.error: BaseException | None = None
+
+
+class GroupCommitter(Generic[RequestT, OutcomeT]):
+    """Coalesces concurrent ``submit`` calls into calls of ``commit_batch``.
+
+    ``commit_batch(requests)`` returns one outcome per request, in order; if it raises, every
+    request of that batch gets the exception. ``max_batch_weight`` bounds one transaction (in
+    events), so a flood of writers cannot build an unbounded transaction.
+    """
+
+    def __init__(
+        self,
+        commit_batch: Callable[[Sequence[RequestT]], Sequence[OutcomeT]],
+        *,
+        max_batch_weight: int = 2000,
+    ) -> None:
+        self._commit_batch = commit_batch
+        self._max_batch_weight = max_batch_weight
+        self._lock = threading.Lock()
+        self._queue: list[_Waiter[RequestT, OutcomeT]] = []
+        # Invariant: while no leader is active the queue is empty.
+        self._leader_active = False
+
+    def submit(self, request: RequestT, *, weight: int = 1) -> OutcomeT:
+        waiter: _Waiter[RequestT, OutcomeT] = _Waiter(request, weight)
+        with self._lock:
+            self._queue.append(waiter)
+            lead = not self._leader_active
+            self._leader_active = True
+        if not lead:
+            waiter.signal.wait()
+            if not waiter.promoted:
+                return self._result(waiter)
+        self._lead()
+        return self._result(waiter)
+
+    def _lead(self) -> None:
+        with self._lock:
+            batch = self._take_batch()
+        try:
+            outcomes = self._commit_batch([w.request for w in batch])
+            if len(outcomes) != len(batch):
+                raise RuntimeError("commit_batch returned the wrong number of outcomes")
+            for waiter, outcome in zip(batch, outcomes, strict=True):
+                waiter.outcome = outcome
+        except BaseException as e:
+            for waiter in batch:
+                waiter.error = e
+        finally:
+            with self._lock:
+                successor = self._queue[0] if self._queue else None
+                if successor is None:
+                    self._leader_active = False
+                else:
+                    successor.promoted = True
+            for waiter in batch:
+                waiter.signal.set()
+            if successor is not None:
+                successor.signal.set()
+
+    def _take_batch(self) -> list[_Waiter[RequestT, OutcomeT]]:
+        # The leader's own request is always first in the queue, so it is always in its batch.
+        total = 0
+        count = 0
+        for waiter in self._queue:
+            if count and total + waiter.weight > self._max_batch_weight:
+                break
+            total += waiter.weight
+            count += 1
+        batch, self._queue = self._queue[:count], self._queue[count:]
+        return batch
+
+    @staticmethod
+    def _result(waiter: _Waiter[RequestT, OutcomeT]) -> OutcomeT:
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.outcome is not None
+        return waiter.outcome

@@ -1,0 +1,351 @@
+"""``EventStore``: the public face of the log."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+import structlog
+
+from eventstore._chain import GENESIS_HASH, chain_hash, epoch_micros
+from eventstore._encoding import (
+    DEFAULT_MAX_EVENT_BYTES,
+    PreparedAppend,
+    canonical_json,
+    prepare_append,
+    prepare_many,
+)
+from eventstore._groupcommit import GroupCommitter
+from eventstore._sql import SqlBackend
+from eventstore._sqlite_append import AppendOutcome
+from eventstore._subscriptions import Handler, Subscription
+from eventstore._types import (
+    ANY,
+    AppendResult,
+    ExpectedVersion,
+    NewEvent,
+    RecordedEvent,
+    Snapshot,
+    StreamAppend,
+    VerifyReport,
+)
+from eventstore._upcasting import Upcasters
+from eventstore.errors import EventStoreError, InvalidEvent
+
+__all__ = ["EventStore"]
+
+log = structlog.get_logger("eventstore")
+
+_VERIFY_PAGE = 5000
+
+
+class EventStore:
+    """An append-only log of streams of JSON events with a global order.
+
+    Thread-safe. Create it with :func:`eventstore.open_store`; close it when done (or use it as a
+    context manager).
+    """
+
+    def __init__(
+        self,
+        backend: SqlBackend,
+        *,
+        upcasters: Upcasters | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
+        self._backend = backend
+        self._upcasters = upcasters or Upcasters()
+        self._max_event_bytes = max_event_bytes
+        self._committer: GroupCommitter[tuple[PreparedAppend, ...], AppendOutcome] = (
+            GroupCommitter(self._backend.commit)
+        )
+        # Wake-ups for subscribers: bumped on every local commit and on every NOTIFY.
+        self._wake = threading.Condition()
+        self._wake_seq = 0
+        self._listener: threading.Thread | None = None
+        self._listener_stop = threading.Event()
+        self._subscriptions: list[Subscription] = []
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream_id: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_version: ExpectedVersion = ANY,
+    ) -> AppendResult:
+        """Append ``events`` to one stream atomically.
+
+        Raises WrongExpectedVersion, DuplicateEventId, InvalidEvent or StoreUnavailable. A retry
+        with the same event ids at the same versions returns the original result.
+        """
+        prepared = prepare_append(
+            stream_id, events, expected_version, max_event_bytes=self._max_event_bytes
+        )
+        return self._commit((prepared,))[0]
+
+    def append_many(self, appends: Sequence[StreamAppend]) -> list[AppendResult]:
+        """Append to several streams in one transaction: all or nothing.
+
+        Results come back in the order of ``appends``. A version conflict names the stream; the
+        streams are checked in sorted order, so the first conflicting one (by id) is reported.
+        """
+        prepared = prepare_many(appends, max_event_bytes=self._max_event_bytes)
+        results = dict(zip((p.stream_id for p in prepared), self._commit(prepared), strict=True))
+        return [results[a.stream_id] for a in appends]
+
+    def _commit(self, item: tuple[PreparedAppend, ...]) -> list[AppendResult]:
+        weight = sum(len(a.events) for a in item)
+        outcome = self._committer.submit(item, weight=weight)
+        if isinstance(outcome, EventStoreError):
+            raise outcome
+        self._notify_local()
+        return outcome
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read_stream(
+        self,
+        stream_id: str,
+        *,
+        from_version: int | None = None,
+        backwards: bool = False,
+        limit: int | None = None,
+    ) -> list[RecordedEvent]:
+        """Events of one stream in version order (newest first with ``backwards``).
+
+        ``from_version`` defaults to 1, or to the last version when reading backwards.
+        """
+        if not isinstance(stream_id, str) or not stream_id:
+            raise InvalidEvent("stream id must be a non-empty string")
+        if limit is not None and limit < 1:
+            raise InvalidEvent(f"limit must be >= 1, got {limit}")
+        start = from_version if from_version is not None else (2**62 if backwards else 1)
+        rows = self._backend.read_stream(
+            stream_id, from_version=start, backwards=backwards, limit=limit
+        )
+        return self._upcast(rows)
+
+    def read_all(
+        self, *, after: int = 0, limit: int = 1000, types: Sequence[str] | None = None
+    ) -> list[RecordedEvent]:
+        """Up to ``limit`` events with ``global_position > after``, in global order."""
+        if limit < 1:
+            raise InvalidEvent(f"limit must be >= 1, got {limit}")
+        if isinstance(types, str):
+            raise InvalidEvent("types must be a list of event type names, not a string")
+        rows = self._backend.read_all(after=after, limit=limit, types=types)
+        return self._upcast(rows)
+
+    def stream_version(self, stream_id: str) -> int:
+        """The stream's current version, 0 when it does not exist."""
+        return self._backend.stream_version(stream_id)
+
+    def head(self) -> int:
+        """The highest committed global position (0 for an empty log)."""
+        return self._backend.head()
+
+    def _upcast(self, rows: list[RecordedEvent]) -> list[RecordedEvent]:
+        if not self._upcasters:
+            return rows
+        out = []
+        for row in rows:
+            version, data = self._upcasters.upcast(row.type, row.schema_version, row.data)
+            if version != row.schema_version:
+                row = RecordedEvent(
+                    global_position=row.global_position,
+                    stream_id=row.stream_id,
+                    stream_version=row.stream_version,
+                    event_id=row.event_id,
+                    type=row.type,
+                    schema_version=version,
+                    data=data,
+                    metadata=row.metadata,
+                    recorded_at=row.recorded_at,
+                    hash=row.hash,
+                )
+            out.append(row)
+        return out
+
+    # -- audit -------------------------------------------------------------------------------
+
+    def verify(
+        self, *, after: int = 0, progress: Callable[[int, int], None] | None = None
+    ) -> VerifyReport:
+        """Recompute the hash chain from ``after`` to the head; report the first bad position.
+
+        ``progress(checked, last_position)`` is called after every page for long logs.
+        """
+        previous = GENESIS_HASH if after == 0 else self._backend.hash_at(after)
+        if previous is None:
+            raise InvalidEvent(f"there is no event at position {after} to verify from")
+        checked = 0
+        expected_position = after + 1
+        last = after
+        while True:
+            rows = self._backend.chain_rows(after=last, limit=_VERIFY_PAGE)
+            if not rows:
+                return VerifyReport(ok=True, checked=checked, last_position=last)
+            for row in rows:
+                if row.global_position != expected_position:
+                    return VerifyReport(
+                        ok=False,
+                        checked=checked,
+                        first_bad_position=expected_position,
+                        last_position=last,
+                        reason=f"position {expected_position} is missing",
+                    )
+                computed = chain_hash(
+                    previous,
+                    position=row.global_position,
+                    stream_id=row.stream_id,
+                    stream_version=row.stream_version,
+                    event_id=row.event_id,
+                    type=row.type,
+                    schema_version=row.schema_version,
+                    recorded_at_us=epoch_micros(row.recorded_at),
+                    data_text=row.data_text,
+                    metadata_text=row.metadata_text,
+                )
+                if computed != row.hash:
+                    return VerifyReport(
+                        ok=False,
+                        checked=checked,
+                        first_bad_position=row.global_position,
+                        last_position=last,
+                        reason="stored hash does not match the event's content and predecessor",
+                    )
+                previous = computed
+                checked += 1
+                expected_position += 1
+                last = row.global_position
+            if progress is not None:
+                progress(checked, last)
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def save_snapshot(
+        self,
+        stream_id: str,
+        *,
+        version: int,
+        state: Mapping[str, Any],
+        schema_version: int = 1,
+        created_at: datetime | None = None,
+    ) -> Snapshot:
+        """Store an aggregate's state as of ``version``; an older snapshot never wins."""
+        if version < 1:
+            raise InvalidEvent(f"snapshot version must be >= 1, got {version}")
+        text = canonical_json(dict(state), what=f"snapshot state of {stream_id!r}")
+        snapshot = Snapshot(
+            stream_id=stream_id,
+            version=version,
+            schema_version=schema_version,
+            state=json.loads(text),
+            created_at=created_at or datetime.now(UTC),
+        )
+        self._backend.save_snapshot(snapshot, text)
+        return snapshot
+
+    def load_snapshot(self, stream_id: str) -> Snapshot | None:
+        """The newest snapshot of a stream, or None."""
+        found = self._backend.load_snapshot(stream_id)
+        if found is None:
+            return None
+        version, schema_version, text, created_at = found
+        return Snapshot(stream_id, version, schema_version, json.loads(text), created_at)
+
+    # -- subscriptions -----------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        types: Sequence[str] | None = None,
+        batch_size: int = 200,
+        poll_interval: float = 1.0,
+        start: bool = True,
+    ) -> Subscription:
+        """A checkpointed subscription: catch up from its checkpoint, then follow live.
+
+        ``handler(event, connection)`` runs inside the transaction that also advances the
+        checkpoint, so rows it writes through ``connection`` take effect exactly once. With
+        ``start=False`` nothing runs until ``start()`` or ``run_until_caught_up()``.
+        """
+        subscription = Subscription(
+            self,
+            name,
+            handler,
+            types=types,
+            batch_size=batch_size,
+            poll_interval=poll_interval,
+        )
+        self._subscriptions.append(subscription)
+        if start:
+            subscription.start()
+        return subscription
+
+    @property
+    def backend(self) -> SqlBackend:
+        return self._backend
+
+    @property
+    def engine(self) -> sa.Engine:
+        """The SQLAlchemy engine, for read models that live in the same database."""
+        return self._backend.engine
+
+    def wake_sequence(self) -> int:
+        with self._wake:
+            return self._wake_seq
+
+    def wait_for_wake(self, seen: int, timeout: float) -> None:
+        """Block until something may have been appended since ``seen`` or ``timeout`` passes."""
+        self._ensure_listener()
+        with self._wake:
+            self._wake.wait_for(lambda: self._wake_seq != seen, timeout=timeout)
+
+    def _notify_local(self) -> None:
+        with self._wake:
+            self._wake_seq += 1
+            self._wake.notify_all()
+
+    def _ensure_listener(self) -> None:
+        if self._backend.is_sqlite or self._listener is not None:
+            return
+        with self._wake:
+            if self._listener is not None:
+                return
+            self._listener = threading.Thread(
+                target=self._backend.listen,
+                args=(self._notify_local, self._listener_stop),
+                kwargs={"timeout": 1.0},
+                name="eventstore-listen",
+                daemon=True,
+            )
+            self._listener.start()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop subscriptions and the listener, release connections."""
+        for subscription in self._subscriptions:
+            subscription.stop()
+        self._listener_stop.set()
+        if self._listener is not None:
+            self._listener.join(timeout=5)
+        self._backend.close()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EventStore({self._backend.url_for_humans!r})"

@@ -1,0 +1,54 @@
+"""Alembic environment for fleetledger: one set of migrations for Postgres and SQLite.
+
+Two ``db upgrade`` runs at once are safe: on Postgres the run holds a session advisory lock for its
+whole duration; on SQLite it runs in one ``BEGIN IMMEDIATE`` transaction. Either way the second run
+waits, then finds the schema at head and does nothing.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+
+from eventstore._engine import SQLITE_IMMEDIATE, make_engine
+
+MIGRATION_LOCK_KEY = 4_242_000
+
+config = context.config
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    engine = make_engine(config.get_main_option("sqlalchemy.url") or "")
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})")
+                conn.commit()
+                try:
+                    _run(conn)
+                finally:
+                    conn.exec_driver_sql(f"SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})")
+                    conn.commit()
+            else:
+                _run(conn.execution_options(**SQLITE_IMMEDIATE))
+    finally:
+        engine.dispose()
+
+
+def _run(connection: object) -> None:
+    context.configure(
+        connection=connection,  # type: ignore[arg-type]
+        target_metadata=None,
+        render_as_batch=True,  # SQLite cannot ALTER most things; batch mode copies the table
+        transaction_per_migration=False,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (SQL script) migrations are not supported; run `fleetledger db upgrade`")
+run_migrations_online()
