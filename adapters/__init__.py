@@ -1,0 +1,1 @@
+"""Everything that touches the world: runtimes, cloud and cluster clients, the CLI, benchmarks."""

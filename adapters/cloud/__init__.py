@@ -1,0 +1,56 @@
+"""The cloud port (``CloudMachines``), its error tree, and the in-memory fake.
+
+The real adapters live in their own modules and are imported from there, so that using the port
+or the fake never needs their SDKs: ``adapters.cloud.aks.AksMachinesCloud`` (needs the optional
+``azure-mgmt-containerservice``) and ``adapters.cloud.azure_vm.AzureVmCloud``. Tests against the
+real SDKs use ``adapters.cloud.fake_arm.FakeArmServer``.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    CapacityUnavailable,
+    CloudError,
+    QuotaExceeded,
+    SkuUnavailable,
+    Throttled,
+    UnknownCloudError,
+    classify_arm_error,
+    from_azure_error,
+)
+from .fake import FakeCall, FakeCloud
+from .port import (
+    BATCH_PUT_MACHINE_HEADER,
+    BatchCreate,
+    BatchCreateResult,
+    CloudMachines,
+    MachineObservation,
+    MachineSpec,
+    MachineStatus,
+    ProgressNote,
+    batch_put_machine_header,
+    encode_batch_put_machine_header,
+)
+
+__all__ = [
+    "BATCH_PUT_MACHINE_HEADER",
+    "BatchCreate",
+    "BatchCreateResult",
+    "CapacityUnavailable",
+    "CloudError",
+    "CloudMachines",
+    "FakeCall",
+    "FakeCloud",
+    "MachineObservation",
+    "MachineSpec",
+    "MachineStatus",
+    "ProgressNote",
+    "QuotaExceeded",
+    "SkuUnavailable",
+    "Throttled",
+    "UnknownCloudError",
+    "batch_put_machine_header",
+    "classify_arm_error",
+    "encode_batch_put_machine_header",
+    "from_azure_error",
+]

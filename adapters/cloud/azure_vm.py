@@ -1,0 +1,337 @@
+"""``CloudMachines`` on plain Azure VMs: one create-only PUT per machine, bounded in parallel.
+
+The compute API has no batch create, so a batch becomes ``begin_create_or_update`` per machine
+(PRODUCT §4.1), at most ``max_parallel`` PUTs in flight per instance — ARM counts writes per
+subscription, and a burst of fifty PUTs is the throttling the batching exists to avoid.
+
+Every PUT is create-only: ``match_condition=IfMissing`` makes the SDK send ``If-None-Match: *``,
+so a retry (ours, the caller's after a crash, or azure-core's after a lost answer) can never
+create a second VM or overwrite the first. ARM answers 412 when the VM exists; the adapter then
+reads it and reports what it finds.
+
+Once a PUT is accepted, the LRO's continuation token goes to ``on_progress``; after a restart
+``read_machine(name, resume_token=token)`` resumes the SDK poller instead of sending the PUT again.
+
+Outcomes per machine: created (LRO succeeded, id from the final GET); failed (the PUT was refused,
+or the LRO reported ``Failed`` — e.g. ``ZonalAllocationFailed``); unknown (the answer was lost, or
+polling itself broke — the machine may exist).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceNotFoundError,
+    ServiceResponseError,
+)
+from azure.core.polling import LROPoller
+from azure.core.polling.base_polling import OperationFailed
+from azure.mgmt.compute import models as compute
+
+from domain.template import MachineTemplate, template_hash
+
+from .errors import CloudError, UnknownCloudError, classify_arm_error, from_azure_error
+from .port import (
+    BatchCreate,
+    BatchCreateResult,
+    MachineObservation,
+    MachineSpec,
+    MachineStatus,
+    ProgressNote,
+)
+
+if TYPE_CHECKING:
+    from azure.mgmt.compute import ComputeManagementClient
+
+__all__ = ["TEMPLATE_HASH_TAG", "AzureVmCloud", "VmProfile", "virtual_machine"]
+
+#: Tag on every VM naming the template it was made from (its hash).
+TEMPLATE_HASH_TAG = "fleetledger-template"
+
+# Compute's instance view spells a failed create "ProvisioningState/failed/<ARM error code>".
+_FAILED_STATUS_PREFIX = "ProvisioningState/failed/"
+
+_Started = LROPoller[compute.VirtualMachine] | MachineObservation | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VmProfile:
+    """What every VM needs beyond the template: where it lives and how it boots.
+
+    ``image_id`` is an image or gallery image version resource id (AKS node images are gallery
+    images).
+    """
+
+    location: str
+    image_id: str
+    ssh_public_key: str
+    admin_username: str = "azureuser"
+
+    def __post_init__(self) -> None:
+        for name in ("location", "image_id", "ssh_public_key", "admin_username"):
+            if not getattr(self, name):
+                raise ValueError(f"VmProfile needs a non-empty {name}")
+
+
+class AzureVmCloud:
+    """Creates VMs in one resource group, one create-only PUT per machine."""
+
+    def __init__(
+        self,
+        client: ComputeManagementClient,
+        *,
+        resource_group: str,
+        profile: VmProfile,
+        max_parallel: int = 8,
+    ) -> None:
+        if not resource_group:
+            raise ValueError("AzureVmCloud needs a non-empty resource_group")
+        if max_parallel < 1:
+            raise ValueError(f"max_parallel must be at least 1 PUT in flight, got {max_parallel}")
+        self._vms = client.virtual_machines
+        self._resource_group = resource_group
+        self._profile = profile
+        self._max_parallel = max_parallel
+        # Bounds PUTs across concurrent create_batch calls, not just within one.
+        self._slots = threading.BoundedSemaphore(max_parallel)
+
+    def create_batch(
+        self,
+        request: BatchCreate,
+        *,
+        on_progress: Callable[[ProgressNote], None] | None = None,
+    ) -> BatchCreateResult:
+        note = _serialised(on_progress)
+
+        def start(spec: MachineSpec) -> _Started:
+            return self._start(request.template, spec, note)
+
+        # Phase 1, bounded: send the PUTs. Phase 2: wait for the pollers, which poll in their
+        # own threads, so waiting one after the other costs no more than the slowest create.
+        workers = min(self._max_parallel, len(request.machines))
+        with ThreadPoolExecutor(workers, thread_name_prefix="vm-create") as pool:
+            started = list(pool.map(start, request.machines))
+        created: dict[str, str] = {}
+        failed: dict[str, CloudError] = {}
+        for spec, begun in zip(request.machines, started, strict=True):
+            seen = _finish(spec, begun) if isinstance(begun, LROPoller) else begun
+            if seen is None:
+                continue  # unknown
+            if seen.status == "succeeded" and seen.provider_id is not None:
+                created[spec.machine_name] = seen.provider_id
+            elif seen.status == "failed" and seen.error is not None:
+                failed[spec.machine_name] = seen.error
+        return BatchCreateResult(created=created, failed=failed)
+
+    def read_machine(
+        self, machine_name: str, *, resume_token: str | None = None
+    ) -> MachineObservation:
+        if resume_token is not None:
+            self._resume(machine_name, resume_token)
+        return self._observe(machine_name)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _start(
+        self,
+        template: MachineTemplate,
+        spec: MachineSpec,
+        note: Callable[[ProgressNote], None],
+    ) -> _Started:
+        """Send one PUT: a poller if accepted, else the machine's observation or ``None``."""
+        body = virtual_machine(template, spec, self._profile)
+        with self._slots:
+            try:
+                poller = self._vms.begin_create_or_update(
+                    self._resource_group,
+                    spec.machine_name,
+                    body,
+                    match_condition=MatchConditions.IfMissing,
+                )
+            except ServiceResponseError:
+                return None  # sent, answer lost: it may exist
+            except HttpResponseError as e:
+                if e.status_code == 412:  # If-None-Match: * failed — the VM already exists
+                    return self._observe_existing(spec.machine_name)
+                return MachineObservation(
+                    spec.machine_name, "failed", error=from_azure_error(e, zone=spec.zone)
+                )
+            except AzureError as e:
+                return MachineObservation(
+                    spec.machine_name, "failed", error=from_azure_error(e, zone=spec.zone)
+                )
+        note(ProgressNote(spec.machine_name, poller.continuation_token()))
+        return poller
+
+    def _resume(self, machine_name: str, resume_token: str) -> None:
+        """Wait for the create behind ``resume_token``; its verdict is then read from the VM."""
+        try:
+            # With a continuation token the SDK ignores the body and rebuilds the poller.
+            poller = self._vms.begin_create_or_update(
+                self._resource_group,
+                machine_name,
+                compute.VirtualMachine(location=self._profile.location),
+                continuation_token=resume_token,
+            )
+            poller.wait()
+        except (AzureError, ValueError):
+            # A broken or expired token only costs the wait; the read below tells the truth.
+            return
+
+    def _observe_existing(self, machine_name: str) -> MachineObservation | None:
+        """The existing VM's state; ``None`` (unknown) if even reading it fails."""
+        try:
+            return self._observe(machine_name)
+        except CloudError:
+            return None
+
+    def _observe(self, machine_name: str) -> MachineObservation:
+        try:
+            vm = self._vms.get(self._resource_group, machine_name, expand="instanceView")
+        except ResourceNotFoundError:
+            return MachineObservation(machine_name, "not_found")
+        except AzureError as e:
+            raise from_azure_error(e) from e
+        return _observation_of(machine_name, vm)
+
+
+def virtual_machine(
+    template: MachineTemplate, spec: MachineSpec, profile: VmProfile
+) -> compute.VirtualMachine:
+    """The VM body for one machine: the template's VM-level fields plus its zones and tags.
+
+    Kubernetes-level fields (orchestrator version, max pods, kubelet config, mode, OS SKU, FIPS)
+    have no VM API field; they reach the node through its bootstrap data, which is not this
+    adapter's job. The template-hash tag says which template a VM came from.
+    """
+    os_disk = compute.OSDisk(
+        create_option="FromImage",
+        disk_size_gb=template.os_disk_size_gb,
+        delete_option="Delete",
+    )
+    if template.os_disk_type == "Ephemeral":
+        os_disk.diff_disk_settings = compute.DiffDiskSettings(option="Local")
+    properties = compute.VirtualMachineProperties(
+        hardware_profile=compute.HardwareProfile(vm_size=template.vm_size),
+        storage_profile=compute.StorageProfile(
+            image_reference=compute.ImageReference(id=profile.image_id),
+            os_disk=os_disk,
+        ),
+        os_profile=compute.OSProfile(
+            computer_name=spec.machine_name,
+            admin_username=profile.admin_username,
+            linux_configuration=compute.LinuxConfiguration(
+                disable_password_authentication=True,
+                ssh=compute.SshConfiguration(
+                    public_keys=[
+                        compute.SshPublicKey(
+                            path=f"/home/{profile.admin_username}/.ssh/authorized_keys",
+                            key_data=profile.ssh_public_key,
+                        )
+                    ]
+                ),
+            ),
+        ),
+    )
+    if template.priority == "spot":
+        properties.priority = "Spot"
+        properties.eviction_policy = "Delete"
+        properties.billing_profile = compute.BillingProfile(max_price=-1)  # pay up to on-demand
+    if template.vnet_subnet_id is not None:
+        properties.network_profile = _network_profile(spec.machine_name, template.vnet_subnet_id)
+    return compute.VirtualMachine(
+        location=profile.location,
+        zones=list(spec.zones) or None,
+        tags={**dict(spec.tags), TEMPLATE_HASH_TAG: template_hash(template)},
+        properties=properties,
+    )
+
+
+def _network_profile(machine_name: str, subnet_id: str) -> compute.NetworkProfile:
+    # NIC created with the VM (networkApiVersion set), deleted with it.
+    ip_configuration = compute.VirtualMachineNetworkInterfaceIPConfiguration(
+        name="ipconfig1",
+        properties=compute.VirtualMachineNetworkInterfaceIPConfigurationProperties(
+            subnet=compute.SubResource(id=subnet_id), primary=True
+        ),
+    )
+    return compute.NetworkProfile(
+        network_api_version="2020-11-01",
+        network_interface_configurations=[
+            compute.VirtualMachineNetworkInterfaceConfiguration(
+                name=f"{machine_name}-nic",
+                properties=compute.VirtualMachineNetworkInterfaceConfigurationProperties(
+                    primary=True,
+                    delete_option="Delete",
+                    ip_configurations=[ip_configuration],
+                ),
+            )
+        ],
+    )
+
+
+def _finish(
+    spec: MachineSpec, poller: LROPoller[compute.VirtualMachine]
+) -> MachineObservation | None:
+    """Wait for an accepted create; ``None`` when its outcome could not be learnt."""
+    try:
+        vm = poller.result()
+    except HttpResponseError as e:
+        if isinstance(e.__cause__, OperationFailed):
+            # The operation itself reported Failed: a verdict about the machine.
+            return MachineObservation(
+                spec.machine_name, "failed", error=from_azure_error(e, zone=spec.zone)
+            )
+        return None  # a polling request failed: the create may still succeed
+    except AzureError:
+        return None
+    return MachineObservation(spec.machine_name, "succeeded", vm.id)
+
+
+def _observation_of(machine_name: str, vm: compute.VirtualMachine) -> MachineObservation:
+    properties = vm.properties
+    state = ((properties.provisioning_state if properties else None) or "").lower()
+    status: MachineStatus
+    error: CloudError | None = None
+    if state == "succeeded":
+        status = "succeeded"
+    elif state in ("failed", "canceled"):
+        status = "failed"
+        zones = vm.zones or []
+        error = _provisioning_error(vm, zone=zones[0] if len(zones) == 1 else None)
+    else:
+        status = "creating"
+    return MachineObservation(machine_name, status, vm.id, error)
+
+
+def _provisioning_error(vm: compute.VirtualMachine, *, zone: str | None) -> CloudError:
+    view = vm.properties.instance_view if vm.properties else None
+    for status in (view.statuses if view else None) or []:
+        code = status.code or ""
+        if code.startswith(_FAILED_STATUS_PREFIX):
+            return classify_arm_error(
+                code.removeprefix(_FAILED_STATUS_PREFIX), status.message or "", zone=zone
+            )
+    return UnknownCloudError(f"virtual machine {vm.name} failed to provision")
+
+
+def _serialised(
+    on_progress: Callable[[ProgressNote], None] | None,
+) -> Callable[[ProgressNote], None]:
+    """``on_progress`` behind a lock, so callers never see overlapping calls from workers."""
+    lock = threading.Lock()
+
+    def note(progress: ProgressNote) -> None:
+        if on_progress is not None:
+            with lock:
+                on_progress(progress)
+
+    return note

@@ -1,0 +1,694 @@
+"""A scriptable fake of the Azure Resource Manager APIs the cloud adapters call, on loopback HTTPS.
+
+The real SDK clients talk to it unchanged: it serves TLS with a self-signed certificate made at
+start-up, so azure-core's bearer-token policy (which refuses plain ``http://``) is satisfied
+without weakening the client, and the client verifies the certificate through
+``connection_verify=<ca_bundle>`` instead of turning verification off. See
+:meth:`FakeArmServer.client_options` and :class:`StaticTokenCredential`.
+
+Served resources (one server per test; machine names are shared across the two APIs):
+
+- ``Microsoft.Compute/virtualMachines/{name}`` — PUT (create-only with ``If-None-Match: *`` →
+  412 when the VM exists), GET (``$expand=instanceView`` adds the provisioning status);
+- ``Microsoft.ContainerService/managedClusters/{c}/agentPools/{p}/machines/{name}`` — PUT of a
+  whole batch listed in the ``BatchPutMachine`` header, GET of one machine;
+- ``…/locations/{loc}/operations/{id}`` — the ``Azure-AsyncOperation`` status of a create.
+
+Every create answers ``201`` with ``Azure-AsyncOperation``/``Location`` and ``Retry-After: 0``; its
+operation reports ``InProgress`` ``polls_before_done`` times, then the outcome. The AKS batch
+operation's final body lists the machines it created and carries per-machine failures as ARM error
+``details`` whose ``target`` is the machine name (the shape :mod:`adapters.cloud.aks` parses).
+
+Scripts: :meth:`~FakeArmServer.set_quota`, :meth:`~FakeArmServer.gate_puts`, and, each consumed
+once, :meth:`~FakeArmServer.fail_async`, :meth:`~FakeArmServer.lose_response`,
+:meth:`~FakeArmServer.drop_next_puts`, :meth:`~FakeArmServer.break_next_polls`,
+:meth:`~FakeArmServer.throttle`. Every request is recorded (:attr:`~FakeArmServer.requests`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from ipaddress import IPv4Address
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import parse_qsl, urlsplit
+
+from azure.core.credentials import AccessToken
+
+__all__ = ["FakeArmServer", "RecordedRequest", "StaticTokenCredential"]
+
+_SEGMENT = r"[^/]+"
+_VM_PATH = re.compile(
+    rf"^/subscriptions/(?P<sub>{_SEGMENT})/resourceGroups/(?P<rg>{_SEGMENT})"
+    rf"/providers/Microsoft\.Compute/virtualMachines/(?P<name>{_SEGMENT})$",
+    re.IGNORECASE,
+)
+_AKS_PATH = re.compile(
+    rf"^(?P<prefix>/subscriptions/(?P<sub>{_SEGMENT})/resourceGroups/{_SEGMENT}"
+    rf"/providers/Microsoft\.ContainerService/managedClusters/{_SEGMENT}"
+    rf"/agentPools/{_SEGMENT}/machines/)(?P<name>{_SEGMENT})$",
+    re.IGNORECASE,
+)
+_OPERATION_PATH = re.compile(
+    rf"^/subscriptions/{_SEGMENT}/providers/{_SEGMENT}/locations/{_SEGMENT}"
+    rf"/operations/(?P<id>{_SEGMENT})$",
+    re.IGNORECASE,
+)
+
+
+class StaticTokenCredential:
+    """A ``TokenCredential`` that always returns the same token; for tests against the fake."""
+
+    token = "fake-arm-token"
+
+    def get_token(
+        self,
+        *scopes: str,
+        claims: str | None = None,
+        tenant_id: str | None = None,
+        enable_cae: bool = False,
+        **kwargs: Any,
+    ) -> AccessToken:
+        return AccessToken(self.token, int(time.time()) + 3600)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One request received, and the status answered (``None``: the connection was dropped)."""
+
+    method: str
+    path: str
+    query: Mapping[str, str]
+    headers: Mapping[str, str]
+    body: bytes
+    status: int | None
+
+    def header(self, name: str) -> str | None:
+        """A header's value, looked up case-insensitively."""
+        lowered = name.lower()
+        return next((v for k, v in self.headers.items() if k.lower() == lowered), None)
+
+    def json(self) -> Any:
+        return json.loads(self.body) if self.body else None
+
+
+@dataclass(slots=True)
+class _Machine:
+    name: str
+    kind: str  # "vm" or "aks"
+    resource_id: str
+    zones: list[str]
+    tags: dict[str, str]
+    properties: dict[str, Any]
+    state: str  # ARM provisioningState: Creating, Succeeded, Failed
+    error: dict[str, str] | None = None  # set when state is Failed
+
+
+@dataclass(slots=True)
+class _Operation:
+    kind: str
+    url: str
+    created: list[str]  # machines this operation makes; it settles their state when it ends
+    reported: list[str]  # machines its result speaks about (an AKS batch includes existing ones)
+    polls_left: int
+    unreported: set[str] = field(default_factory=set)
+    failures: dict[str, dict[str, str]] = field(default_factory=dict)
+    done: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    status: int | None  # None: drop the connection without answering
+    body: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class FakeArmServer:
+    """A threaded HTTPS server on ``127.0.0.1``; use as a context manager."""
+
+    def __init__(self, *, location: str = "westus3", polls_before_done: int = 1) -> None:
+        if polls_before_done < 0:
+            raise ValueError(f"polls_before_done must be >= 0, got {polls_before_done}")
+        self.location = location
+        self._polls_before_done = polls_before_done
+        self._cond = threading.Condition()
+        self._requests: list[RecordedRequest] = []
+        self._machines: dict[str, _Machine] = {}
+        self._operations: dict[str, _Operation] = {}
+        self._creations: list[str] = []
+        self._quota: int | None = None
+        self._async_failures: dict[str, dict[str, str]] = {}
+        self._lost: set[str] = set()
+        self._throttles: list[float] = []
+        self._drops = 0
+        self._broken_polls = 0
+        self._gate: tuple[int, float] | None = None
+        self._in_flight = 0
+        self._max_in_flight = 0
+        self._tmp = tempfile.TemporaryDirectory(prefix="fake-arm-")
+        self._ca_bundle, key = _write_self_signed_certificate(Path(self._tmp.name))
+        self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._tls.load_cert_chain(self._ca_bundle, key)
+        self._httpd = _TlsServer(("127.0.0.1", 0), _handler_for(self), self._tls)
+        # A short poll interval makes close() quick: shutdown() waits for the loop to look up.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, args=(0.01,), name="fake-arm", daemon=True
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"https://{host!s}:{port}"
+
+    @property
+    def ca_bundle(self) -> str:
+        """PEM file of the server's self-signed certificate, for ``connection_verify``."""
+        return str(self._ca_bundle)
+
+    def client_options(self, *, retry_total: int = 0) -> dict[str, Any]:
+        """Keyword arguments that point an azure-mgmt client at this server.
+
+        TLS verified against :attr:`ca_bundle`; ``polling_interval=0`` (the server also sends
+        ``Retry-After: 0``) so LRO polling never sleeps; ``retry_total=0`` so a 429 surfaces at
+        once instead of being retried by azure-core's ``RetryPolicy``.
+        """
+        return {
+            "base_url": self.url,
+            "connection_verify": self.ca_bundle,
+            "retry_total": retry_total,
+            "polling_interval": 0,
+        }
+
+    # -- scripting -----------------------------------------------------------------------------
+
+    def set_quota(self, quota: int | None) -> None:
+        """At most ``quota`` live machines; a create beyond it gets 409 ``OperationNotAllowed``."""
+        with self._cond:
+            self._quota = quota
+
+    def fail_async(
+        self, machine_name: str, code: str = "ZonalAllocationFailed", message: str | None = None
+    ) -> None:
+        """Accept the next create of ``machine_name``, then fail it in its async operation."""
+        text = message or f"Allocation failed for {machine_name}: {code}"
+        with self._cond:
+            self._async_failures[machine_name] = {"code": code, "message": text}
+
+    def lose_response(self, machine_name: str) -> None:
+        """Create ``machine_name`` on its next create, but lose the answer about it.
+
+        A VM PUT has its connection dropped after the VM was made; an AKS batch leaves the machine
+        out of the operation's result.
+        """
+        with self._cond:
+            self._lost.add(machine_name)
+
+    def drop_next_puts(self, count: int = 1) -> None:
+        """Handle the next ``count`` PUTs fully, then drop the connection instead of answering."""
+        with self._cond:
+            self._drops += count
+
+    def break_next_polls(self, count: int = 1) -> None:
+        """Answer the next ``count`` operation polls with 500, leaving the operations untouched."""
+        with self._cond:
+            self._broken_polls += count
+
+    def throttle(self, *, retry_after: float, count: int = 1) -> None:
+        """Answer the next ``count`` creates with 429 ``TooManyRequests`` and ``Retry-After``."""
+        with self._cond:
+            self._throttles.extend([retry_after] * count)
+
+    def gate_puts(self, *, release_at: int, timeout: float) -> None:
+        """Hold each PUT until ``release_at`` PUTs are in flight at once, or ``timeout`` passes.
+
+        Used to measure a client's parallelism: a client bounded below ``release_at`` never
+        opens the gate (each wave waits ``timeout``), one that is not reaches it at once.
+        """
+        with self._cond:
+            self._gate = (release_at, timeout)
+
+    # -- observation ---------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> tuple[RecordedRequest, ...]:
+        with self._cond:
+            return tuple(self._requests)
+
+    def puts(self) -> tuple[RecordedRequest, ...]:
+        """The PUT requests received, in order."""
+        return tuple(r for r in self.requests if r.method == "PUT")
+
+    @property
+    def creations(self) -> tuple[str, ...]:
+        """Machine names in the order machines came into existence; a name appears at most once."""
+        with self._cond:
+            return tuple(self._creations)
+
+    @property
+    def max_concurrent_puts(self) -> int:
+        with self._cond:
+            return self._max_in_flight
+
+    # -- request handling (called from handler threads) -----------------------------------------
+
+    def _handle(self, method: str, target: str, headers: Mapping[str, str], body: bytes) -> _Reply:
+        split = urlsplit(target)
+        query = dict(parse_qsl(split.query))
+        lowered = {k.lower(): v for k, v in headers.items()}
+        if not lowered.get("authorization", "").startswith("Bearer "):
+            reply = _error(401, "AuthenticationFailed", "no bearer token")
+        elif method == "PUT":
+            reply = self._put(split.path, lowered, body)
+        elif method == "GET":
+            reply = self._get(split.path, query)
+        else:
+            reply = _error(405, "MethodNotAllowed", f"{method} is not served by the fake")
+        with self._cond:
+            self._requests.append(
+                RecordedRequest(method, split.path, query, dict(headers), body, reply.status)
+            )
+        return reply
+
+    def _put(self, path: str, headers: Mapping[str, str], body: bytes) -> _Reply:
+        with self._cond:
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+            self._cond.notify_all()
+            if self._gate is not None:
+                release_at, timeout = self._gate
+                self._cond.wait_for(lambda: self._in_flight >= release_at, timeout=timeout)
+            try:
+                if self._throttles:
+                    retry_after = self._throttles.pop(0)
+                    return _error(
+                        429,
+                        "TooManyRequests",
+                        "The request is being throttled.",
+                        {"Retry-After": _format_seconds(retry_after)},
+                    )
+                reply = self._create(path, headers, json.loads(body) if body else {})
+                if self._drops > 0:
+                    self._drops -= 1
+                    return _Reply(None)
+                return reply
+            finally:
+                # Leave the count before the answer is written, so a bounded client's next PUT
+                # (sent only after it reads this answer) can never be counted alongside this one.
+                self._in_flight -= 1
+
+    def _create(self, path: str, headers: Mapping[str, str], payload: dict[str, Any]) -> _Reply:
+        if vm := _VM_PATH.match(path):
+            return self._put_vm(path, vm["sub"], vm["name"], headers, payload)
+        if aks := _AKS_PATH.match(path):
+            return self._put_aks(aks["prefix"], aks["sub"], aks["name"], headers, payload)
+        return _error(404, "InvalidResourceType", f"no such resource type: {path}")
+
+    def _put_vm(
+        self,
+        path: str,
+        subscription: str,
+        name: str,
+        headers: Mapping[str, str],
+        payload: dict[str, Any],
+    ) -> _Reply:
+        existing = self._machines.get(name)
+        if existing is not None:
+            if headers.get("if-none-match") == "*":
+                # ARM's answer to a create-only PUT on an existing resource.
+                return _error(412, "PreconditionFailed", f"virtual machine {name} already exists")
+            return _Reply(200, self._vm_json(existing, instance_view=False))
+        if self._over_quota(1):
+            return _quota_error()
+        machine = _Machine(
+            name=name,
+            kind="vm",
+            resource_id=path,
+            zones=list(payload.get("zones") or []),
+            tags=dict(payload.get("tags") or {}),
+            properties=dict(payload.get("properties") or {}),
+            state="Creating",
+        )
+        operation = self._start([machine], [name], "Microsoft.Compute", subscription)
+        if name in operation.unreported:
+            return _Reply(None)
+        return _Reply(
+            201, self._vm_json(machine, instance_view=False), self._lro_headers(operation)
+        )
+
+    def _put_aks(
+        self,
+        prefix: str,
+        subscription: str,
+        url_name: str,
+        headers: Mapping[str, str],
+        payload: dict[str, Any],
+    ) -> _Reply:
+        listed = _batch_machines(headers.get("batchputmachine"), url_name, payload)
+        if listed is None:
+            return _error(400, "InvalidBatchPutMachineHeader", "header is not the expected JSON")
+        new = [m for m in listed if m["machineName"] not in self._machines]
+        # AKS checks quota for the batch as a whole: all its new machines fit, or none is made.
+        if self._over_quota(len(new)):
+            return _quota_error()
+        machines = [
+            _Machine(
+                name=m["machineName"],
+                kind="aks",
+                resource_id=prefix + m["machineName"],
+                zones=list(m.get("zones") or []),
+                tags=dict(m.get("tags") or {}),
+                properties=dict(payload.get("properties") or {}),
+                state="Creating",
+            )
+            for m in new
+        ]
+        reported = [m["machineName"] for m in listed]
+        operation = self._start(machines, reported, "Microsoft.ContainerService", subscription)
+        first = self._machines[listed[0]["machineName"]]
+        return _Reply(201, self._aks_json(first), self._lro_headers(operation))
+
+    def _start(
+        self, machines: list[_Machine], reported: list[str], namespace: str, subscription: str
+    ) -> _Operation:
+        """Create ``machines`` (consuming their scripts) under one new async operation."""
+        operation_id = uuid.uuid4().hex
+        operation = _Operation(
+            kind="vm" if namespace == "Microsoft.Compute" else "aks",
+            url=(
+                f"{self.url}/subscriptions/{subscription}/providers/{namespace}"
+                f"/locations/{self.location}/operations/{operation_id}?api-version=fake"
+            ),
+            created=[m.name for m in machines],
+            reported=reported,
+            polls_left=self._polls_before_done,
+        )
+        self._operations[operation_id] = operation
+        for machine in machines:
+            self._machines[machine.name] = machine
+            self._creations.append(machine.name)
+            if machine.name in self._lost:
+                self._lost.discard(machine.name)
+                machine.state = "Succeeded"
+                operation.unreported.add(machine.name)
+            elif failure := self._async_failures.pop(machine.name, None):
+                operation.failures[machine.name] = failure
+        return operation
+
+    @staticmethod
+    def _lro_headers(operation: _Operation) -> dict[str, str]:
+        url = operation.url
+        return {"Azure-AsyncOperation": url, "Location": url, "Retry-After": "0"}
+
+    def _get(self, path: str, query: Mapping[str, str]) -> _Reply:
+        with self._cond:
+            if operation_match := _OPERATION_PATH.match(path):
+                operation = self._operations.get(operation_match["id"])
+                if operation is None:
+                    return _error(404, "NotFound", "no such operation")
+                if self._broken_polls > 0:
+                    self._broken_polls -= 1
+                    return _error(500, "InternalServerError", "the poll failed, not the create")
+                return _Reply(200, self._poll(operation), {"Retry-After": "0"})
+            match = _VM_PATH.match(path) or _AKS_PATH.match(path)
+            if match is None:
+                return _error(404, "InvalidResourceType", f"no such resource type: {path}")
+            machine = self._machines.get(match["name"])
+            if machine is None:
+                return _error(404, "ResourceNotFound", f"resource {match['name']} was not found")
+            if machine.kind == "vm":
+                expand = query.get("$expand", "").lower() == "instanceview"
+                return _Reply(200, self._vm_json(machine, instance_view=expand))
+            return _Reply(200, self._aks_json(machine))
+
+    def _poll(self, operation: _Operation) -> dict[str, Any]:
+        if operation.polls_left > 0:
+            operation.polls_left -= 1
+            return {"status": "InProgress"}
+        if not operation.done:
+            operation.done = True
+            for name in operation.created:
+                machine = self._machines[name]
+                if machine.state == "Creating":
+                    machine.error = operation.failures.get(name)
+                    machine.state = "Failed" if machine.error else "Succeeded"
+        return self._operation_result(operation)
+
+    def _operation_result(self, operation: _Operation) -> dict[str, Any]:
+        reported = [self._machines[n] for n in operation.reported if n not in operation.unreported]
+        failed = [m for m in reported if m.state == "Failed"]
+        result: dict[str, Any] = {"status": "Failed" if failed else "Succeeded"}
+        if operation.kind == "vm":
+            if failed:
+                result["error"] = failed[0].error
+            return result
+        result["properties"] = {
+            "machines": [
+                {"name": m.name, "id": m.resource_id, "provisioningState": m.state}
+                for m in reported
+                if m.state == "Succeeded"
+            ]
+        }
+        if failed:
+            result["error"] = {
+                "code": "MultipleErrorsOccurred",
+                "message": f"{len(failed)} of {len(operation.reported)} machines failed",
+                "details": [{**(m.error or {}), "target": m.name} for m in failed],
+            }
+        return result
+
+    # -- representations ---------------------------------------------------------------------
+
+    def _vm_json(self, machine: _Machine, *, instance_view: bool) -> dict[str, Any]:
+        properties = {**machine.properties, "provisioningState": machine.state}
+        if instance_view:
+            properties["instanceView"] = {"statuses": [_provisioning_status(machine)]}
+        return {
+            "id": machine.resource_id,
+            "name": machine.name,
+            "type": "Microsoft.Compute/virtualMachines",
+            "location": self.location,
+            "zones": machine.zones,
+            "tags": machine.tags,
+            "properties": properties,
+        }
+
+    def _aks_json(self, machine: _Machine) -> dict[str, Any]:
+        properties: dict[str, Any] = {
+            **machine.properties,
+            "provisioningState": machine.state,
+            "tags": machine.tags,
+            "resourceId": (
+                f"/subscriptions/fake/resourceGroups/MC_fake/providers/"
+                f"Microsoft.Compute/virtualMachines/{machine.name}"
+            ),
+        }
+        if machine.error is not None:
+            properties["status"] = {"provisioningError": machine.error}
+        return {
+            "id": machine.resource_id,
+            "name": machine.name,
+            "type": "Microsoft.ContainerService/managedClusters/agentPools/machines",
+            "zones": machine.zones,
+            "properties": properties,
+        }
+
+    def _over_quota(self, extra: int) -> bool:
+        live = sum(1 for m in self._machines.values() if m.state != "Failed")
+        return self._quota is not None and live + extra > self._quota
+
+
+def _batch_machines(
+    header: str | None, url_name: str, payload: Mapping[str, Any]
+) -> list[dict[str, Any]] | None:
+    """Machines of an AKS PUT: the header's list, or just the URL's machine without a header."""
+    if header is None:
+        return [
+            {
+                "machineName": url_name,
+                "zones": payload.get("zones") or [],
+                "tags": (payload.get("properties") or {}).get("tags") or {},
+            }
+        ]
+    try:
+        machines = json.loads(header)["batchMachines"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(machines, list) or not machines:
+        return None
+    return machines
+
+
+def _provisioning_status(machine: _Machine) -> dict[str, str]:
+    # Compute's instance view spells a failed create "ProvisioningState/failed/<ARM code>".
+    if machine.state == "Failed" and machine.error is not None:
+        return {
+            "code": f"ProvisioningState/failed/{machine.error['code']}",
+            "level": "Error",
+            "displayStatus": "Provisioning failed",
+            "message": machine.error["message"],
+        }
+    return {
+        "code": f"ProvisioningState/{machine.state.lower()}",
+        "level": "Info",
+        "displayStatus": f"Provisioning {machine.state.lower()}",
+    }
+
+
+def _quota_error() -> _Reply:
+    return _error(
+        409,
+        "OperationNotAllowed",
+        "Operation could not be completed as it results in exceeding approved "
+        "standardDSv3Family Cores quota.",
+    )
+
+
+def _error(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> _Reply:
+    return _Reply(status, {"error": {"code": code, "message": message}}, dict(headers or {}))
+
+
+def _format_seconds(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else str(seconds)
+
+
+class _TlsServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        tls: ssl.SSLContext,
+    ) -> None:
+        super().__init__(address, handler)
+        self._tls = tls
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # Wrap per connection, in the connection's own thread, so a slow or failed handshake
+        # never blocks the accept loop.
+        try:
+            wrapped = self._tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        # socketserver closes the raw socket, which wrapping detached; close the TLS one here.
+        with wrapped:
+            super().finish_request(wrapped, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients dropping keep-alive connections at shutdown are expected; stay quiet.
+        return
+
+
+def _handler_for(server: FakeArmServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes; without TCP_NODELAY, Nagle's algorithm meets the
+        # client's delayed ACK and every answer waits ~40 ms.
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_PUT(self) -> None:
+            self._serve("PUT")
+
+        def _serve(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            reply = server._handle(method, self.path, dict(self.headers.items()), body)
+            if reply.status is None:
+                self.close_connection = True
+                return
+            data = json.dumps(reply.body).encode() if reply.body is not None else b""
+            self.send_response(reply.status)
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    return Handler
+
+
+def _write_self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A fresh P-256 key and a self-signed certificate for 127.0.0.1 and localhost."""
+    # Imported here: only the test server needs it. cryptography is always present, as
+    # azure-identity (a fleetledger dependency) requires it.
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fleetledger fake ARM")])
+    now = datetime.now(UTC)
+    public = key.public_key()
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(IPv4Address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path = directory / "cert.pem"
+    key_path = directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path

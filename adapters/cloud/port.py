@@ -1,0 +1,196 @@
+"""The cloud port: create a batch of machines sharing one template, and read one machine.
+
+Seed 01 (PRODUCT §4.1): machines whose templates hash alike travel in one batch; the template is
+sent once and each machine's variations (name, zones, tags) ride in the ``BatchPutMachine`` header.
+Results come back per machine. Three outcomes are possible for each machine of a batch:
+
+- **created** — in ``BatchCreateResult.created`` with its provider id;
+- **failed** — in ``BatchCreateResult.failed`` with a classified :class:`CloudError`;
+- **unknown** — in neither. The provider did not say (a lost response, an incomplete error map, a
+  create still running when polling gave up). The caller must :meth:`CloudMachines.read_machine`
+  it and never assume it was created — the original batching code did, and lost machines.
+
+A whole call the provider refused (quota for the whole batch, throttling, a request that could not
+be sent) *raises* a :class:`CloudError`; nothing was created by it.
+
+Creates are create-only and keyed by machine name: creating a name that already exists never makes
+a second machine; the existing one is reported (created, or failed with its error). So retrying a
+batch after a crash or an unknown outcome is always safe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from domain.template import MachineTemplate
+
+from .errors import CloudError
+
+__all__ = [
+    "BATCH_PUT_MACHINE_HEADER",
+    "BatchCreate",
+    "BatchCreateResult",
+    "CloudMachines",
+    "MachineObservation",
+    "MachineSpec",
+    "MachineStatus",
+    "ProgressNote",
+    "batch_put_machine_header",
+    "encode_batch_put_machine_header",
+]
+
+#: Name of the HTTP header that lists a batch's machines (seed 01, "BatchPutMachine Header").
+BATCH_PUT_MACHINE_HEADER = "BatchPutMachine"
+
+MachineStatus = Literal["succeeded", "creating", "failed", "not_found"]
+
+
+@dataclass(frozen=True, slots=True)
+class MachineSpec:
+    """One machine of a batch: what may differ between machines sharing a template."""
+
+    machine_name: str
+    zones: tuple[str, ...] = ()
+    tags: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.machine_name:
+            raise ValueError("MachineSpec.machine_name must be a non-empty string")
+        keys = [k for k, _ in self.tags]
+        if len(keys) != len(set(keys)):
+            raise ValueError(f"MachineSpec {self.machine_name!r} repeats a tag key: {keys}")
+
+    @property
+    def zone(self) -> str | None:
+        """The zone a zonal error refers to: the requested zone if exactly one, else ``None``."""
+        return self.zones[0] if len(self.zones) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCreate:
+    """A request to create ``machines`` from one shared ``template``."""
+
+    batch_id: str
+    template: MachineTemplate
+    machines: tuple[MachineSpec, ...]
+
+    def __post_init__(self) -> None:
+        if not self.batch_id:
+            raise ValueError("BatchCreate.batch_id must be a non-empty string")
+        if not self.machines:
+            raise ValueError(f"batch {self.batch_id!r} has no machines; send at least one")
+        names = [m.machine_name for m in self.machines]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"batch {self.batch_id!r} names a machine twice: {duplicates}")
+
+    @property
+    def machine_names(self) -> tuple[str, ...]:
+        return tuple(m.machine_name for m in self.machines)
+
+    def spec(self, machine_name: str) -> MachineSpec:
+        """The spec of ``machine_name``; ``KeyError`` if it is not in the batch."""
+        for machine in self.machines:
+            if machine.machine_name == machine_name:
+                return machine
+        raise KeyError(machine_name)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCreateResult:
+    """Per-machine results; a machine in neither map is *unknown* and must be read."""
+
+    created: Mapping[str, str] = field(default_factory=dict)
+    failed: Mapping[str, CloudError] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        both = sorted(set(self.created) & set(self.failed))
+        if both:
+            raise ValueError(f"machines reported both created and failed: {both}")
+
+    def unknown(self, request: BatchCreate) -> tuple[str, ...]:
+        """Machines of ``request`` this result says nothing about, in request order."""
+        return tuple(
+            name
+            for name in request.machine_names
+            if name not in self.created and name not in self.failed
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressNote:
+    """The provider accepted ``machine_name``'s create; ``resume_token`` resumes waiting for it.
+
+    Record it before anything else: after a restart, ``read_machine(name, resume_token=…)``
+    picks the create up where it was instead of sending it again.
+    """
+
+    machine_name: str
+    resume_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class MachineObservation:
+    """What the provider says about one machine right now."""
+
+    machine_name: str
+    status: MachineStatus
+    provider_id: str | None = None
+    error: CloudError | None = None
+
+
+class CloudMachines(Protocol):
+    """Creates batches of machines and reads machines back."""
+
+    def create_batch(
+        self,
+        request: BatchCreate,
+        *,
+        on_progress: Callable[[ProgressNote], None] | None = None,
+    ) -> BatchCreateResult:
+        """Create every machine of ``request``; see the module docstring for the outcomes.
+
+        ``on_progress`` is called once per machine the provider accepted, before its outcome is
+        awaited; calls never overlap, though they may come from a worker thread. An exception it
+        raises propagates out of ``create_batch`` (the creates already accepted carry on in the
+        cloud, and can be resumed with the tokens already noted).
+        """
+        ...
+
+    def read_machine(
+        self, machine_name: str, *, resume_token: str | None = None
+    ) -> MachineObservation:
+        """What the provider says about ``machine_name``.
+
+        With a ``resume_token`` from a :class:`ProgressNote`, the read resumes waiting for that
+        create and reports its outcome (including a classified error), as ``create_batch`` would
+        have; without one it is a single read.
+        """
+        ...
+
+
+def batch_put_machine_header(machines: Sequence[MachineSpec]) -> dict[str, object]:
+    """The ``BatchPutMachine`` header object for ``machines``, every machine in order.
+
+    Shape from seed 01: ``{"vmSkus": {"value": []}, "batchMachines": [{"machineName", "zones",
+    "tags"}, …]}``; absent zones are ``[]`` and absent tags ``{}``, never omitted.
+    """
+    return {
+        "vmSkus": {"value": []},
+        "batchMachines": [
+            {
+                "machineName": m.machine_name,
+                "zones": list(m.zones),
+                "tags": dict(m.tags),
+            }
+            for m in machines
+        ],
+    }
+
+
+def encode_batch_put_machine_header(machines: Sequence[MachineSpec]) -> str:
+    """The header *value*: compact JSON, ASCII only so it is a valid HTTP header field."""
+    return json.dumps(batch_put_machine_header(machines), separators=(",", ":"), ensure_ascii=True)

@@ -1,0 +1,66 @@
+"""Fixtures: the fake ARM server, real SDK clients pointed at it, and the adapters under test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.containerservice import ContainerServiceClient
+
+from adapters.clock import ManualClock
+from adapters.cloud.aks import AksMachinesCloud
+from adapters.cloud.azure_vm import AzureVmCloud
+from adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
+
+from .support import EPOCH, PROFILE, SUBSCRIPTION, ArmHarness, FakeHarness, Harness
+
+
+@pytest.fixture
+def fake_arm() -> Iterator[FakeArmServer]:
+    with FakeArmServer() as server:
+        yield server
+
+
+@pytest.fixture
+def compute_client(fake_arm: FakeArmServer) -> Iterator[ComputeManagementClient]:
+    client = ComputeManagementClient(
+        StaticTokenCredential(), SUBSCRIPTION, **fake_arm.client_options()
+    )
+    with client:
+        yield client
+
+
+@pytest.fixture
+def aks_client(fake_arm: FakeArmServer) -> Iterator[ContainerServiceClient]:
+    client = ContainerServiceClient(
+        StaticTokenCredential(), SUBSCRIPTION, **fake_arm.client_options()
+    )
+    with client:
+        yield client
+
+
+@pytest.fixture
+def vm_cloud(compute_client: ComputeManagementClient) -> AzureVmCloud:
+    return AzureVmCloud(compute_client, resource_group="rg", profile=PROFILE, max_parallel=4)
+
+
+@pytest.fixture
+def aks_cloud(aks_client: ContainerServiceClient) -> AksMachinesCloud:
+    return AksMachinesCloud(
+        aks_client,
+        resource_group="rg",
+        cluster_name="fleet",
+        agent_pool="burst",
+        clock=ManualClock(EPOCH),
+    )
+
+
+@pytest.fixture(params=["fake", "aks", "azure_vm"])
+def harness(request: pytest.FixtureRequest) -> Harness:
+    """Each ``CloudMachines`` adapter with a way to script its provider."""
+    if request.param == "fake":
+        return FakeHarness.build()
+    server: FakeArmServer = request.getfixturevalue("fake_arm")
+    cloud_fixture = "aks_cloud" if request.param == "aks" else "vm_cloud"
+    return ArmHarness(request.getfixturevalue(cloud_fixture), server)

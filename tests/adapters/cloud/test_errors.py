@@ -1,0 +1,122 @@
+"""The cloud error tree and its translation from ARM codes and azure-core exceptions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+from azure.core.exceptions import ServiceRequestError
+
+from adapters.cloud import (
+    CapacityUnavailable,
+    CloudError,
+    QuotaExceeded,
+    SkuUnavailable,
+    Throttled,
+    UnknownCloudError,
+    classify_arm_error,
+    from_azure_error,
+)
+from adapters.cloud.errors import retry_after_seconds
+
+
+class TestTree:
+    def test_every_error_has_its_own_stable_code(self) -> None:
+        """Codes are what the log records, so each class has one and they never collide."""
+        classes: list[type[CloudError]] = [
+            QuotaExceeded,
+            CapacityUnavailable,
+            SkuUnavailable,
+            Throttled,
+            UnknownCloudError,
+        ]
+
+        assert all(issubclass(c, CloudError) for c in classes)
+        assert [c.code for c in classes] == [
+            "quota_exceeded",
+            "capacity_unavailable",
+            "sku_unavailable",
+            "throttled",
+            "unknown",
+        ]
+
+
+class TestClassifyArmError:
+    @pytest.mark.parametrize(
+        ("code", "expected"),
+        [
+            ("OperationNotAllowed", QuotaExceeded),
+            ("QuotaExceeded", QuotaExceeded),
+            ("ZonalAllocationFailed", CapacityUnavailable),
+            ("AllocationFailed", CapacityUnavailable),
+            ("OverconstrainedZonalAllocationRequest", CapacityUnavailable),
+            ("SkuNotAvailable", SkuUnavailable),
+            ("TooManyRequests", Throttled),
+            ("InvalidParameter", UnknownCloudError),
+            (None, UnknownCloudError),
+        ],
+    )
+    def test_maps_arm_codes_to_the_tree(self, code: str | None, expected: type[CloudError]) -> None:
+        """Each documented Azure error code lands on its class and keeps the provider code."""
+        error = classify_arm_error(code, "message")
+
+        assert type(error) is expected
+        assert error.provider_code == code
+
+    def test_http_429_is_throttled_whatever_the_code(self) -> None:
+        """The status alone is enough to know the request was throttled."""
+        error = classify_arm_error(None, status=429, retry_after=12.0)
+
+        assert isinstance(error, Throttled)
+        assert error.retry_after == 12.0
+
+    def test_capacity_errors_carry_the_requested_zone(self) -> None:
+        """The zone comes from the request, since ARM only names it in prose."""
+        error = classify_arm_error("ZonalAllocationFailed", zone="3")
+
+        assert isinstance(error, CapacityUnavailable)
+        assert error.zone == "3"
+
+    @pytest.mark.parametrize(("status", "retryable"), [(500, True), (503, True), (400, False)])
+    def test_unknown_errors_are_retryable_only_when_server_side(
+        self, status: int, retryable: bool
+    ) -> None:
+        """5xx may succeed later; a 4xx the tree does not know will fail the same way again."""
+        assert classify_arm_error("Whatever", status=status).retryable is retryable
+
+
+class TestFromAzureError:
+    def test_a_request_that_was_never_sent_is_unknown_and_retryable(self) -> None:
+        """A connection failure before sending created nothing; sending again is safe."""
+        error = from_azure_error(ServiceRequestError("connection refused"))
+
+        assert isinstance(error, UnknownCloudError)
+        assert error.retryable
+
+
+class TestRetryAfterSeconds:
+    @pytest.mark.parametrize(
+        ("headers", "seconds"),
+        [
+            ({"Retry-After": "7"}, 7.0),
+            ({"retry-after-ms": "1500", "Retry-After": "7"}, 1.5),
+            ({"x-ms-retry-after-ms": "250"}, 0.25),
+            ({"Retry-After": "soon"}, None),
+            ({}, None),
+        ],
+    )
+    def test_reads_seconds_and_milliseconds(
+        self, headers: dict[str, str], seconds: float | None
+    ) -> None:
+        """Millisecond headers win; unparseable values are ignored, not trusted."""
+        assert retry_after_seconds(headers) == seconds
+
+    def test_reads_an_http_date(self) -> None:
+        """Retry-After may be a date; it becomes the seconds until then."""
+        later = datetime.now(UTC) + timedelta(seconds=120)
+
+        seconds = retry_after_seconds({"Retry-After": format_datetime(later, usegmt=True)})
+
+        assert seconds is not None
+        assert 100 < seconds <= 120

@@ -1,0 +1,117 @@
+"""FakeCloud specifics beyond the contract: latency on a clock, scripts, recording, threads."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from adapters.clock import ManualClock
+from adapters.cloud import (
+    FakeCloud,
+    ProgressNote,
+    QuotaExceeded,
+    UnknownCloudError,
+    batch_put_machine_header,
+)
+
+from .support import EPOCH, batch
+
+
+class TestLatency:
+    def test_latency_passes_on_the_clock_not_in_real_time(self) -> None:
+        """A create takes ``latency`` seconds of ManualClock time, and nothing more."""
+        clock = ManualClock(EPOCH)
+        cloud = FakeCloud(clock=clock, latency=90.0)
+
+        cloud.create_batch(batch("m-1", "m-2"))
+
+        assert clock.now() == EPOCH + timedelta(seconds=90)
+
+    def test_a_machine_reads_as_creating_until_its_latency_has_passed(self) -> None:
+        """Between acceptance and readiness a read says creating."""
+        clock = ManualClock(EPOCH)
+        cloud = FakeCloud(clock=clock, latency=90.0)
+
+        def crash(note: ProgressNote) -> None:
+            raise RuntimeError("controller died")
+
+        with pytest.raises(RuntimeError):
+            cloud.create_batch(batch("m-1"), on_progress=crash)
+
+        assert cloud.read_machine("m-1").status == "creating"
+        clock.advance(90)
+        assert cloud.read_machine("m-1").status == "succeeded"
+
+
+class TestScripts:
+    def test_a_failed_call_raises_and_creates_nothing(self) -> None:
+        """fail_next_calls refuses whole calls, once per count."""
+        cloud = FakeCloud()
+        cloud.fail_next_calls(UnknownCloudError("ARM is down", retryable=True))
+
+        with pytest.raises(UnknownCloudError):
+            cloud.create_batch(batch("m-1"))
+        result = cloud.create_batch(batch("m-1"))
+
+        assert set(result.created) == {"m-1"}
+        assert cloud.creations == ("m-1",)
+
+    def test_a_refusal_leaves_the_name_free_for_a_retry(self) -> None:
+        """A refused machine (quota) leaves nothing behind, so the same name can succeed later."""
+        cloud = FakeCloud()
+        cloud.fail_machine("m-1", QuotaExceeded("no cores"))
+
+        refused = cloud.create_batch(batch("m-1"))
+        retried = cloud.create_batch(batch("m-1", batch_id="batch-2"))
+
+        assert isinstance(refused.failed["m-1"], QuotaExceeded)
+        assert set(retried.created) == {"m-1"}
+
+    def test_quota_counts_only_live_machines(self) -> None:
+        """Machines beyond the quota are refused; the ones that fit are created."""
+        cloud = FakeCloud(quota=2)
+
+        result = cloud.create_batch(batch("m-1", "m-2", "m-3"))
+
+        assert set(result.created) == {"m-1", "m-2"}
+        assert isinstance(result.failed["m-3"], QuotaExceeded)
+
+
+class TestRecording:
+    def test_records_each_call_with_its_batch_put_machine_header(self) -> None:
+        """Tests can assert one call per batch and the exact header it would have carried."""
+        cloud = FakeCloud()
+        request = batch("m-1", "m-2", zones=("1", "2"))
+
+        cloud.create_batch(request)
+
+        (call,) = cloud.calls
+        assert call.request == request
+        assert call.header == batch_put_machine_header(request.machines)
+
+
+class TestThreadSafety:
+    def test_concurrent_creates_of_one_name_make_one_machine(self) -> None:
+        """Eight threads creating the same name at once yield one machine and one id."""
+        cloud = FakeCloud()
+        start = threading.Barrier(8)
+        ids: list[str] = []
+        lock = threading.Lock()
+
+        def create(i: int) -> None:
+            start.wait()
+            result = cloud.create_batch(batch("m-1", batch_id=f"batch-{i}"))
+            with lock:
+                ids.extend(result.created.values())
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+        assert cloud.creations == ("m-1",)
+        assert len(ids) == 8
+        assert len(set(ids)) == 1
