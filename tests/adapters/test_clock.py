@@ -10,8 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from adapters.clock import ManualClock, SystemClock
-
-from .support import EPOCH
+from tests.adapters.cloud.support import EPOCH
 
 
 class TestSystemClock:
