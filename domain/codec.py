@@ -1,0 +1,393 @@
+"""Event type names and the pure codec between domain events and JSON-ready data.
+
+Every event that reaches the log is registered here, in one place, under a stable, versioned name
+(``"vm.MachineRequested"``, schema version 1). The class name can change; the registered name must
+not. A change to an event's fields that old data cannot satisfy gets a new schema version and an
+upcaster in the event store (PRODUCT.md §3, "Upcasting") — this module decodes only the current
+version of each type.
+
+Encoding is driven by the dataclass field types, so a new event needs no codec code:
+
+=============================  ===============================================================
+field type                     JSON form
+=============================  ===============================================================
+``str``, ``int``, ``bool``     itself (an ``int`` field refuses ``true``/``false``)
+``float``                      number (an integer is accepted when decoding)
+``datetime``                   ISO-8601 text in UTC, e.g. ``"2025-01-02T03:04:05.000006+00:00"``;
+                               naive datetimes are refused both ways
+``Literal[...]``               the value, checked against the allowed ones when decoding
+``X | None``                   ``null`` or the form of ``X``
+``tuple[X, ...]``, tuples      list
+``Mapping[str, X]``            object
+a type with ``to_data`` and    whatever ``to_data`` returns (``MachineTemplate``)
+``from_data``
+another frozen dataclass       object of its fields
+=============================  ===============================================================
+
+Unsupported field types are refused when the event is registered, not when it is first written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from domain.grouper import BatchOutcomesRecorded, BatchSealed, MachineRequested
+from domain.machine_batch import (
+    BatchCompleted,
+    BatchDispatched,
+    BatchOpened,
+    MachineCreated,
+    MachineFailed,
+    MachineNotFound,
+)
+
+__all__ = [
+    "CodecError",
+    "EventType",
+    "event_type_of",
+    "from_data",
+    "register_event",
+    "registered_event_types",
+    "to_data",
+]
+
+_T = TypeVar("_T")
+_Encode = Callable[[Any], object]
+_Decode = Callable[[object, str], Any]
+
+# "<context>.<EventName>": a lower-case context, then the event's name in PascalCase.
+_TYPE_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\.[A-Z][A-Za-z0-9]*$")
+
+
+class CodecError(ValueError):
+    """An event cannot be encoded or decoded, or a registration conflicts with another."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EventType:
+    """A registered event: its class, stable name and current schema version."""
+
+    cls: type
+    name: str
+    schema_version: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plan:
+    event_type: EventType
+    encoders: tuple[tuple[str, _Encode], ...]
+    decoders: Mapping[str, _Decode]
+    required: frozenset[str]
+
+
+_BY_NAME: dict[str, _Plan] = {}
+_BY_CLASS: dict[type, _Plan] = {}
+
+
+def register_event(type_name: str, schema_version: int = 1) -> Callable[[type[_T]], type[_T]]:
+    """Register a frozen dataclass as an event under ``type_name``; usable as a decorator.
+
+    Registering the same class under the same name and version again is a no-op; any other
+    reuse of a name or a class is an error, so two events can never share a stored name.
+    """
+
+    def register(cls: type[_T]) -> type[_T]:
+        _register(cls, type_name, schema_version)
+        return cls
+
+    return register
+
+
+def _register(cls: type, type_name: str, schema_version: int) -> None:
+    if not _TYPE_NAME.match(type_name):
+        raise CodecError(
+            f"event type name {type_name!r} must look like 'context.EventName', "
+            "e.g. 'vm.MachineRequested'"
+        )
+    if type(schema_version) is not int or schema_version < 1:
+        raise CodecError(f"schema_version must be a positive integer, got {schema_version!r}")
+    if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+        raise CodecError(f"{cls.__qualname__} must be a frozen dataclass to be an event")
+    wanted = EventType(cls, type_name, schema_version)
+    for existing in (_BY_NAME.get(type_name), _BY_CLASS.get(cls)):
+        if existing is not None and existing.event_type != wanted:
+            raise CodecError(
+                f"cannot register {cls.__qualname__} as {type_name} v{schema_version}: "
+                f"{existing.event_type.cls.__qualname__} is registered as "
+                f"{existing.event_type.name} v{existing.event_type.schema_version}"
+            )
+    plan = _plan_for(wanted)
+    _BY_NAME[type_name] = plan
+    _BY_CLASS[cls] = plan
+
+
+def registered_event_types() -> Mapping[str, EventType]:
+    """Every registered event by type name (a copy)."""
+    return {name: plan.event_type for name, plan in sorted(_BY_NAME.items())}
+
+
+def event_type_of(event: object) -> EventType:
+    """The registration of ``event``'s class; :class:`CodecError` if it has none."""
+    plan = _BY_CLASS.get(type(event))
+    if plan is None:
+        raise CodecError(f"{type(event).__qualname__} is not a registered event")
+    return plan.event_type
+
+
+def to_data(event: object) -> tuple[str, int, dict[str, object]]:
+    """``(type_name, schema_version, data)``; ``data`` is JSON-ready (``json.dumps`` takes it)."""
+    plan = _BY_CLASS.get(type(event))
+    if plan is None:
+        raise CodecError(f"{type(event).__qualname__} is not a registered event")
+    data: dict[str, object] = {}
+    for name, encode in plan.encoders:
+        try:
+            data[name] = encode(getattr(event, name))
+        except CodecError as e:
+            raise CodecError(f"{plan.event_type.name}: field {name!r}: {e}") from e
+    return plan.event_type.name, plan.event_type.schema_version, data
+
+
+def from_data(type_name: str, schema_version: int, data: Mapping[str, object]) -> object:
+    """Rebuild the event that :func:`to_data` encoded; strict about names, versions and fields."""
+    plan = _BY_NAME.get(type_name)
+    if plan is None:
+        raise CodecError(f"unknown event type {type_name!r}; is the module that defines it loaded?")
+    label = f"{type_name} v{schema_version}"
+    if schema_version != plan.event_type.schema_version:
+        raise CodecError(
+            f"{label}: this code reads v{plan.event_type.schema_version}; "
+            "register an upcaster in the event store for older versions"
+        )
+    if not isinstance(data, Mapping):
+        raise CodecError(f"{label}: data must be an object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(plan.decoders))
+    if unknown:
+        raise CodecError(f"{label}: unknown field(s) {', '.join(unknown)}")
+    missing = sorted(plan.required - set(data))
+    if missing:
+        raise CodecError(f"{label}: missing field(s) {', '.join(missing)}")
+    values: dict[str, object] = {}
+    for name, raw in data.items():
+        values[name] = plan.decoders[name](raw, f"{label}: field {name!r}")
+    return plan.event_type.cls(**values)
+
+
+# -- compiling field types into encoders and decoders --------------------------------------------
+
+
+def _plan_for(event_type: EventType) -> _Plan:
+    cls = event_type.cls
+    hints = typing.get_type_hints(cls)
+    encoders: list[tuple[str, _Encode]] = []
+    decoders: dict[str, _Decode] = {}
+    required: set[str] = set()
+    for f in dataclasses.fields(cls):
+        try:
+            encoders.append((f.name, _encoder(hints[f.name])))
+            decoders[f.name] = _decoder(hints[f.name])
+        except CodecError as e:
+            raise CodecError(f"{cls.__qualname__}.{f.name}: {e}") from e
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.add(f.name)
+    return _Plan(event_type, tuple(encoders), decoders, frozenset(required))
+
+
+def _is_optional(tp: object) -> tuple[bool, object]:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        args = typing.get_args(tp)
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2:
+            return True, rest[0]
+        raise CodecError(f"unions other than 'X | None' are not supported: {tp!r}")
+    return False, tp
+
+
+def _identity(value: object) -> object:
+    return value
+
+
+def _encode_datetime(value: datetime) -> str:
+    if value.utcoffset() is None:
+        raise CodecError(f"naive datetime {value!r}; events carry timezone-aware UTC times")
+    return value.astimezone(UTC).isoformat()
+
+
+def _encoder(tp: object) -> _Encode:
+    optional, inner = _is_optional(tp)
+    if optional:
+        encode_inner = _encoder(inner)
+        return lambda value: None if value is None else encode_inner(value)
+    origin = typing.get_origin(inner)
+    args = typing.get_args(inner)
+    if inner in (str, int, bool, float) or origin is typing.Literal:
+        return _identity
+    if inner is datetime:
+        return _encode_datetime
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            item = _encoder(args[0])
+            return lambda value: [item(v) for v in value]
+        items = [_encoder(a) for a in args]
+        return lambda value: [encode(v) for encode, v in zip(items, value, strict=True)]
+    if origin in (Mapping, dict) and args and args[0] is str:
+        item = _encoder(args[1])
+        return lambda value: {k: item(v) for k, v in value.items()}
+    if isinstance(inner, type) and hasattr(inner, "to_data") and hasattr(inner, "from_data"):
+        return lambda value: value.to_data()
+    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
+        hints = typing.get_type_hints(inner)
+        fields = [(f.name, _encoder(hints[f.name])) for f in dataclasses.fields(inner)]
+        return lambda value: {name: encode(getattr(value, name)) for name, encode in fields}
+    raise CodecError(f"unsupported field type {inner!r}")
+
+
+def _decoder(tp: object) -> _Decode:
+    optional, inner = _is_optional(tp)
+    if optional:
+        decode_inner = _decoder(inner)
+        return lambda raw, where: None if raw is None else decode_inner(raw, where)
+    origin = typing.get_origin(inner)
+    args = typing.get_args(inner)
+    if inner is str:
+        return _expect(lambda raw: isinstance(raw, str), "text")
+    if inner is bool:
+        return _expect(lambda raw: isinstance(raw, bool), "true or false")
+    if inner is int:
+        return _expect(lambda raw: type(raw) is int, "an integer")
+    if inner is float:
+
+        def decode_float(raw: object, where: str) -> float:
+            if isinstance(raw, bool) or not isinstance(raw, int | float):
+                raise CodecError(f"{where}: expected a number, got {raw!r}")
+            return float(raw)
+
+        return decode_float
+    if origin is typing.Literal:
+        allowed = args
+
+        def decode_literal(raw: object, where: str) -> object:
+            if raw not in allowed or type(raw) not in {type(a) for a in allowed}:
+                raise CodecError(f"{where}: expected one of {list(allowed)!r}, got {raw!r}")
+            return raw
+
+        return decode_literal
+    if inner is datetime:
+        return _decode_datetime
+    if origin is tuple:
+        return _tuple_decoder(args)
+    if origin in (Mapping, dict) and args and args[0] is str:
+        item_decoder = _decoder(args[1])
+
+        def decode_mapping(raw: object, where: str) -> dict[str, object]:
+            if not isinstance(raw, dict):
+                raise CodecError(f"{where}: expected an object, got {raw!r}")
+            return {str(k): item_decoder(v, f"{where}[{k!r}]") for k, v in raw.items()}
+
+        return decode_mapping
+    if isinstance(inner, type) and hasattr(inner, "to_data") and hasattr(inner, "from_data"):
+        return _custom_decoder(inner)
+    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
+        return _dataclass_decoder(inner)
+    raise CodecError(f"unsupported field type {inner!r}")
+
+
+def _expect(check: Callable[[object], bool], what: str) -> _Decode:
+    def decode(raw: object, where: str) -> object:
+        if not check(raw):
+            raise CodecError(f"{where}: expected {what}, got {raw!r}")
+        return raw
+
+    return decode
+
+
+def _decode_datetime(raw: object, where: str) -> datetime:
+    if not isinstance(raw, str):
+        raise CodecError(f"{where}: expected an ISO-8601 time, got {raw!r}")
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError as e:
+        raise CodecError(f"{where}: {e}") from e
+    if value.utcoffset() is None:
+        raise CodecError(f"{where}: time {raw!r} has no UTC offset")
+    return value.astimezone(UTC)
+
+
+def _tuple_decoder(args: tuple[object, ...]) -> _Decode:
+    if len(args) == 2 and args[1] is Ellipsis:
+        item = _decoder(args[0])
+
+        def decode_variadic(raw: object, where: str) -> tuple[object, ...]:
+            if not isinstance(raw, list):
+                raise CodecError(f"{where}: expected a list, got {raw!r}")
+            return tuple(item(v, f"{where}[{i}]") for i, v in enumerate(raw))
+
+        return decode_variadic
+    items = [_decoder(a) for a in args]
+
+    def decode_fixed(raw: object, where: str) -> tuple[object, ...]:
+        if not isinstance(raw, list) or len(raw) != len(items):
+            raise CodecError(f"{where}: expected a list of {len(items)}, got {raw!r}")
+        return tuple(
+            decode(v, f"{where}[{i}]") for i, (decode, v) in enumerate(zip(items, raw, strict=True))
+        )
+
+    return decode_fixed
+
+
+def _custom_decoder(cls: type) -> _Decode:
+    from_data_method = cls.from_data  # type: ignore[attr-defined]
+
+    def decode_custom(raw: object, where: str) -> object:
+        if not isinstance(raw, dict):
+            raise CodecError(f"{where}: expected an object, got {raw!r}")
+        try:
+            return from_data_method(raw)
+        except (TypeError, ValueError) as e:
+            raise CodecError(f"{where}: {e}") from e
+
+    return decode_custom
+
+
+def _dataclass_decoder(cls: type) -> _Decode:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: _decoder(hints[f.name]) for f in dataclasses.fields(cls)}
+    required = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+
+    def decode_dataclass(raw: object, where: str) -> object:
+        if not isinstance(raw, dict):
+            raise CodecError(f"{where}: expected an object, got {raw!r}")
+        unknown = sorted(set(raw) - set(fields))
+        missing = sorted(required - set(raw))
+        if unknown or missing:
+            raise CodecError(f"{where}: unknown {unknown or '-'}, missing {missing or '-'}")
+        return cls(**{k: fields[k](v, f"{where}.{k}") for k, v in raw.items()})
+
+    return decode_dataclass
+
+
+# -- the registry --------------------------------------------------------------------------------
+# One line per stored event type. Names are forever: rename the class, never the string.
+
+# VM creation batching (PRODUCT.md §4.1): the grouper stream ...
+_register(MachineRequested, "vm.MachineRequested", 1)
+_register(BatchSealed, "vm.BatchSealed", 1)
+_register(BatchOutcomesRecorded, "vm.BatchOutcomesRecorded", 1)
+# ... and one stream per batch.
+_register(BatchOpened, "vm.BatchOpened", 1)
+_register(BatchDispatched, "vm.BatchDispatched", 1)
+_register(MachineCreated, "vm.MachineCreated", 1)
+_register(MachineFailed, "vm.MachineFailed", 1)
+_register(MachineNotFound, "vm.MachineNotFound", 1)
+_register(BatchCompleted, "vm.BatchCompleted", 1)
