@@ -11,7 +11,14 @@ from sqlalchemy.engine import URL, Engine, make_url
 
 from eventstore.errors import InvalidEvent
 
-__all__ = ["DATABASE_URL_ENV", "DEFAULT_DATABASE_URL", "is_sqlite", "make_engine", "normalise_url", "resolve_url"]
+__all__ = [
+    "DATABASE_URL_ENV",
+    "DEFAULT_DATABASE_URL",
+    "is_sqlite",
+    "make_engine",
+    "normalise_url",
+    "resolve_url",
+]
 
 DEFAULT_DATABASE_URL = "sqlite:///fleetledger.db"
 DATABASE_URL_ENV = "FLEETLEDGER_DATABASE_URL"

@@ -17,7 +17,6 @@ SCHEMA_REVISION = "0001"
 """The Alembic revision this code needs; a test keeps it equal to the migrations' head."""
 
 
-
 class JsonText(sa.types.TypeDecorator[str]):
     """A JSON body handled as its text: cast to ``json`` on the way in, to text on the way out.
 

@@ -19,23 +19,22 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from eventstore._encoding import PreparedAppend, PreparedEvent
+from eventstore._encoding import PreparedAppend
 from eventstore._engine import SQLITE_IMMEDIATE, is_sqlite, make_engine
+from eventstore._planner import AppendOutcome
+from eventstore._postgres_append import NOTIFY_CHANNEL, PostgresAppender
 from eventstore._schema import SCHEMA_REVISION, checkpoints, events, snapshots, streams
-from eventstore._sqlite_append import AppendOutcome, append_in_transaction
-from eventstore._types import AppendResult, RecordedEvent, Snapshot
+from eventstore._sqlite_append import append_in_transaction
+from eventstore._types import RecordedEvent, Snapshot
 from eventstore.errors import (
-    DuplicateEventId,
     EventStoreError,
     SchemaOutOfDate,
     StoreUnavailable,
-    WrongExpectedVersion,
 )
 
 __all__ = ["ChainRow", "SqlBackend"]
 
 T = TypeVar("T")
-NOTIFY_CHANNEL = "fleetledger_events"
 
 _EVENT_COLUMNS = (
     events.c.global_position,
@@ -48,10 +47,6 @@ _EVENT_COLUMNS = (
     events.c.metadata,
     events.c.recorded_at,
     events.c.hash,
-)
-_PG_APPEND = (
-    "SELECT fleetledger_append(%s::int[], %s::int[], %s::bigint[], %s::int[], %s::text[], "
-    "%s::uuid[], %s::text[], %s::int[], %s::text[], %s::text[])"
 )
 _PG_READ_ALL = (
     "SELECT global_position, stream_id, stream_version, event_id, type, schema_version, "
@@ -126,13 +121,14 @@ class SqlBackend:
 
     def __init__(self, url: str, *, pool_size: int = 5) -> None:
         try:
-            self._engine = make_engine(url, **({} if url.startswith("sqlite") else {"pool_size": pool_size}))
+            self._engine = make_engine(
+                url, **({} if url.startswith("sqlite") else {"pool_size": pool_size})
+            )
         except sa.exc.ArgumentError as e:
             raise EventStoreError(f"cannot use database URL: {e}") from e
         self.is_sqlite = is_sqlite(self._engine)
         self.url_for_humans = self._engine.url.render_as_string(hide_password=True)
-        self._append_connection: Any = None
-        self._append_lock = threading.Lock()
+        self._appender = None if self.is_sqlite else PostgresAppender(self._libpq_url())
 
     @property
     def engine(self) -> sa.Engine:
@@ -141,14 +137,11 @@ class SqlBackend:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def check_schema(self) -> None:
-        with self._translated("check the schema of"):
-            with self._engine.connect() as conn:
-                inspector = sa.inspect(conn)
-                revision = None
-                if inspector.has_table("alembic_version"):
-                    revision = conn.exec_driver_sql(
-                        "SELECT version_num FROM alembic_version"
-                    ).scalar()
+        with self._translated("check the schema of"), self._engine.connect() as conn:
+            inspector = sa.inspect(conn)
+            revision = None
+            if inspector.has_table("alembic_version"):
+                revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
         if revision != SCHEMA_REVISION:
             found = f"at revision {revision}" if revision else "without the fleetledger schema"
             raise SchemaOutOfDate(
@@ -157,76 +150,26 @@ class SqlBackend:
             )
 
     def close(self) -> None:
-        with self._append_lock:
-            if self._append_connection is not None:
-                self._append_connection.close()
-                self._append_connection = None
+        if self._appender is not None:
+            self._appender.close()
         self._engine.dispose()
+
+    def _libpq_url(self) -> str:
+        return self._engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
     # -- appends -----------------------------------------------------------------------------
 
     def commit(self, items: Sequence[tuple[PreparedAppend, ...]]) -> list[AppendOutcome]:
         """Commit every item of a group in one transaction; one outcome per item."""
-        if self.is_sqlite:
+        if self._appender is not None:
             with self._translated("append to"):
-                with self._engine.connect().execution_options(**SQLITE_IMMEDIATE) as conn:
-                    with conn.begin():
-                        return append_in_transaction(conn, items, now=datetime.now(UTC))
-        return self._commit_postgres(items)
-
-    def _commit_postgres(self, items: Sequence[tuple[PreparedAppend, ...]]) -> list[AppendOutcome]:
-        outcomes: list[AppendOutcome] = []
-        with self._append_lock, self._translated("append to"):
-            for group in _groups_without_repeated_ids(items):
-                outcomes.extend(self._call_append_function(group))
-        return outcomes
-
-    def _call_append_function(self, items: Sequence[tuple[PreparedAppend, ...]]) -> list[AppendOutcome]:
-        slots: dict[str, int] = {}
-        item_no: list[int] = []
-        slot: list[int] = []
-        expected: list[int] = []
-        counts: list[int] = []
-        events: list[PreparedEvent] = []
-        for number, item in enumerate(items, start=1):
-            for append in item:
-                item_no.append(number)
-                slot.append(slots.setdefault(append.stream_id, len(slots) + 1))
-                expected.append(append.expected)
-                counts.append(len(append.events))
-                events.extend(append.events)
-        params = (
-            item_no,
-            slot,
-            expected,
-            counts,
-            list(slots),
-            [e.event_id for e in events],
-            [e.type for e in events],
-            [e.schema_version for e in events],
-            [e.data_text for e in events],
-            [e.metadata_text for e in events],
-        )
-        conn = self._postgres_append_connection()
-        try:
-            row = conn.cursor(binary=True).execute(_PG_APPEND, params, prepare=True).fetchone()
-        except Exception:
-            # The outcome of a broken call is unknown: use a fresh connection next time; the
-            # caller retries with the same event ids, which is idempotent.
-            self._append_connection = None
-            conn.close()
-            raise
-        return [_outcome(result, item) for result, item in zip(row[0], items, strict=True)]
-
-    def _postgres_append_connection(self) -> Any:
-        import psycopg
-
-        if self._append_connection is None or self._append_connection.closed:
-            url = self._engine.url.set(drivername="postgresql")
-            self._append_connection = psycopg.connect(
-                url.render_as_string(hide_password=False), autocommit=True
-            )
-        return self._append_connection
+                return self._appender.commit(items)
+        with (
+            self._translated("append to"),
+            self._engine.connect().execution_options(**SQLITE_IMMEDIATE) as conn,
+            conn.begin(),
+        ):
+            return append_in_transaction(conn, items, now=datetime.now(UTC))
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -271,7 +214,7 @@ class SqlBackend:
         with self._translated("read from"):
             raw = self._engine.raw_connection()
             try:
-                # Binary results: integers, UUIDs, timestamps and the hash arrive without text parsing.
+                # Binary results: numbers, UUIDs, timestamps and the hash arrive without parsing.
                 cursor = raw.driver_connection.cursor(binary=True)  # type: ignore[union-attr]
                 rows = cursor.execute(sql, (*params, limit), prepare=True).fetchall()
                 raw.rollback()
@@ -329,7 +272,9 @@ class SqlBackend:
     def checkpoint_transaction(self, name: str) -> Iterator[tuple[sa.Connection, int]]:
         """A write transaction holding the checkpoint row locked; yields (conn, stored position)."""
         with self._translated("write to"), self.write_connection() as conn, conn.begin():
-            self._upsert(conn, checkpoints, {"name": name, "position": 0, "updated_at": _now()}, None)
+            self._upsert(
+                conn, checkpoints, {"name": name, "position": 0, "updated_at": _now()}, None
+            )
             query = sa.select(checkpoints.c.position).where(checkpoints.c.name == name)
             if not self.is_sqlite:
                 query = query.with_for_update()
@@ -356,7 +301,10 @@ class SqlBackend:
 
     def load_snapshot(self, stream_id: str) -> tuple[int, int, str, datetime] | None:
         query = sa.select(
-            snapshots.c.version, snapshots.c.schema_version, snapshots.c.state, snapshots.c.created_at
+            snapshots.c.version,
+            snapshots.c.schema_version,
+            snapshots.c.state,
+            snapshots.c.created_at,
         ).where(snapshots.c.stream_id == stream_id)
         with self._translated("read from"), self._engine.connect() as conn:
             row = conn.execute(query).first()
@@ -386,7 +334,9 @@ class SqlBackend:
 
     # -- notifications -----------------------------------------------------------------------
 
-    def listen(self, on_notify: Callable[[], None], stop: threading.Event, *, timeout: float) -> None:
+    def listen(
+        self, on_notify: Callable[[], None], stop: threading.Event, *, timeout: float
+    ) -> None:
         """Block, calling ``on_notify`` for each NOTIFY from another process, until ``stop``.
 
         Postgres only; LISTEN needs its own connection because notifications are delivered
@@ -394,7 +344,7 @@ class SqlBackend:
         """
         import psycopg
 
-        url = self._engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        url = self._libpq_url()
         while not stop.is_set():
             try:
                 with psycopg.connect(url, autocommit=True) as conn:
@@ -417,41 +367,20 @@ class SqlBackend:
             yield
         except EventStoreError:
             raise
-        except (sa.exc.OperationalError, sa.exc.InterfaceError, psycopg.OperationalError,
-                psycopg.InterfaceError) as e:
+        except (
+            sa.exc.OperationalError,
+            sa.exc.InterfaceError,
+            psycopg.OperationalError,
+            psycopg.InterfaceError,
+        ) as e:
             raise StoreUnavailable(
                 f"cannot {doing} {self.url_for_humans}: {_first_line(e)}; check that the database "
                 "is running and reachable, then retry (appends with the same event ids are safe)"
             ) from e
         except (sa.exc.DBAPIError, psycopg.Error) as e:
-            raise EventStoreError(f"database error on {self.url_for_humans}: {_first_line(e)}") from e
-
-
-def _outcome(result: dict[str, Any], item: tuple[PreparedAppend, ...]) -> AppendOutcome:
-    if "ok" in result:
-        return [AppendResult(first, last, version) for first, last, version in result["ok"]]
-    if result["err"] == "version":
-        append = next(a for a in item if a.stream_id == result["s"])
-        return WrongExpectedVersion(append.stream_id, append.expected_label, int(result["a"]))
-    return DuplicateEventId(result["id"])
-
-
-def _groups_without_repeated_ids(
-    items: Sequence[tuple[PreparedAppend, ...]],
-) -> Iterator[Sequence[tuple[PreparedAppend, ...]]]:
-    """Split a group where two callers send the same event id (e.g. a retry racing its
-    original), so the function sees each id at most once per call and the later caller is
-    judged against what the earlier one wrote."""
-    seen: set[object] = set()
-    start = 0
-    for index, item in enumerate(items):
-        ids = [e.event_id for a in item for e in a.events]
-        if seen.intersection(ids):
-            yield items[start:index]
-            seen = set()
-            start = index
-        seen.update(ids)
-    yield items[start:]
+            raise EventStoreError(
+                f"database error on {self.url_for_humans}: {_first_line(e)}"
+            ) from e
 
 
 def _now() -> datetime:

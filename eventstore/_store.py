@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -20,8 +21,8 @@ from eventstore._encoding import (
     prepare_many,
 )
 from eventstore._groupcommit import GroupCommitter
+from eventstore._planner import AppendOutcome
 from eventstore._sql import SqlBackend
-from eventstore._sqlite_append import AppendOutcome
 from eventstore._subscriptions import Handler, Subscription
 from eventstore._types import (
     ANY,
@@ -60,8 +61,8 @@ class EventStore:
         self._backend = backend
         self._upcasters = upcasters or Upcasters()
         self._max_event_bytes = max_event_bytes
-        self._committer: GroupCommitter[tuple[PreparedAppend, ...], AppendOutcome] = (
-            GroupCommitter(self._backend.commit)
+        self._committer: GroupCommitter[tuple[PreparedAppend, ...], AppendOutcome] = GroupCommitter(
+            self._backend.commit
         )
         # Wake-ups for subscribers: bumped on every local commit and on every NOTIFY.
         self._wake = threading.Condition()
@@ -153,24 +154,13 @@ class EventStore:
     def _upcast(self, rows: list[RecordedEvent]) -> list[RecordedEvent]:
         if not self._upcasters:
             return rows
-        out = []
-        for row in rows:
-            version, data = self._upcasters.upcast(row.type, row.schema_version, row.data)
-            if version != row.schema_version:
-                row = RecordedEvent(
-                    global_position=row.global_position,
-                    stream_id=row.stream_id,
-                    stream_version=row.stream_version,
-                    event_id=row.event_id,
-                    type=row.type,
-                    schema_version=version,
-                    data=data,
-                    metadata=row.metadata,
-                    recorded_at=row.recorded_at,
-                    hash=row.hash,
-                )
-            out.append(row)
-        return out
+        return [self._upcast_one(row) for row in rows]
+
+    def _upcast_one(self, row: RecordedEvent) -> RecordedEvent:
+        version, data = self._upcasters.upcast(row.type, row.schema_version, row.data)
+        if version == row.schema_version:
+            return row
+        return dataclasses.replace(row, schema_version=version, data=data)
 
     # -- audit -------------------------------------------------------------------------------
 

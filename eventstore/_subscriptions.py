@@ -83,7 +83,9 @@ class Subscription:
             return self
         self._stop.clear()
         self.failure = None
-        self._thread = threading.Thread(target=self._run, name=f"subscription-{self.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"subscription-{self.name}", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -97,11 +99,17 @@ class Subscription:
         """Block until the checkpoint reaches ``position`` (True) or the subscription fails or
         ``timeout`` seconds pass (False)."""
         with self._progress:
-            return self._progress.wait_for(
-                lambda: self._position >= position or self.failure is not None
-                or self._stop.is_set(),
-                timeout=timeout,
-            ) and self._position >= position
+            return (
+                self._progress.wait_for(
+                    lambda: (
+                        self._position >= position
+                        or self.failure is not None
+                        or self._stop.is_set()
+                    ),
+                    timeout=timeout,
+                )
+                and self._position >= position
+            )
 
     @property
     def running(self) -> bool:
@@ -123,7 +131,9 @@ class Subscription:
                 return
             except Exception as e:
                 # Store unreachable and the like: keep the checkpoint, retry after the interval.
-                log.warning("subscription read failed; retrying", subscription=self.name, error=str(e))
+                log.warning(
+                    "subscription read failed; retrying", subscription=self.name, error=str(e)
+                )
                 self._stop.wait(self._poll_interval)
                 continue
             if handled == 0:

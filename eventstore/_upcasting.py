@@ -22,7 +22,9 @@ class Upcasters:
     def register(self, event_type: str, from_version: int, upcaster: Upcaster) -> None:
         key = (event_type, from_version)
         if key in self._steps:
-            raise ValueError(f"an upcaster for {event_type!r} v{from_version} is already registered")
+            raise ValueError(
+                f"an upcaster for {event_type!r} v{from_version} is already registered"
+            )
         self._steps[key] = upcaster
 
     def upcaster(self, event_type: str, from_version: int) -> Callable[[Upcaster], Upcaster]:

@@ -26,8 +26,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from eventstore import EventStore, open_store
-from eventstore import migrate
+from eventstore import EventStore, migrate, open_store
 
 __all__ = [
     "eventstore_postgres_server",
@@ -119,15 +118,19 @@ def _eventstore_postgres_template(eventstore_postgres_server: str) -> Iterator[s
 
 
 @pytest.fixture
-def postgres_url(eventstore_postgres_server: str, _eventstore_postgres_template: str) -> Iterator[str]:
+def postgres_url(
+    eventstore_postgres_server: str, _eventstore_postgres_template: str
+) -> Iterator[str]:
     """A fresh Postgres database at the schema's head, dropped after the test."""
     name = f"fleetledger_test_{uuid.uuid4().hex[:12]}"
     admin = _admin(eventstore_postgres_server)
     with admin.connect() as conn:
         conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{_eventstore_postgres_template}"')
     try:
-        yield make_url(eventstore_postgres_server).set(database=name).render_as_string(
-            hide_password=False
+        yield (
+            make_url(eventstore_postgres_server)
+            .set(database=name)
+            .render_as_string(hide_password=False)
         )
     finally:
         with admin.connect() as conn:

@@ -50,5 +50,7 @@ def _run(connection: object) -> None:
 
 
 if context.is_offline_mode():
-    raise SystemExit("offline (SQL script) migrations are not supported; run `fleetledger db upgrade`")
+    raise SystemExit(
+        "offline (SQL script) migrations are not supported; run `fleetledger db upgrade`"
+    )
 run_migrations_online()

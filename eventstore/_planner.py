@@ -1,0 +1,203 @@
+"""Deciding a group commit: which callers' appends go in, at which positions, with which hashes.
+
+One algorithm for every backend. It works on a :class:`LogView` — the head of the log, the
+versions of the group's streams and whichever of the group's event ids are already stored — and
+returns the rows to insert plus one outcome per caller. Each caller is judged on its own (a
+conflict never fails another caller of the same group) and in queue order, so a later caller sees
+what an earlier one in the same group wrote.
+
+The backends differ only in how they obtain a view they can trust: SQLite reads it inside its
+write transaction; Postgres plans optimistically on a cached view and lets unique constraints
+catch a stale one (see ``_postgres.py``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from eventstore._chain import GENESIS_HASH, chain_hash, epoch_micros
+from eventstore._encoding import EXPECT_ANY, EXPECT_EXISTS, PreparedAppend
+from eventstore._types import AppendResult
+from eventstore.errors import DuplicateEventId, EventStoreError, WrongExpectedVersion
+
+__all__ = ["AppendOutcome", "EventRow", "GroupPlan", "LogView", "StoredEvent", "plan_group"]
+
+AppendOutcome = list[AppendResult] | EventStoreError
+"""What one caller gets: its results (one per stream, sorted by stream id) or its error."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """Where an already stored event id lives."""
+
+    stream_id: str
+    stream_version: int
+    global_position: int
+
+
+@dataclass(slots=True)
+class LogView:
+    """What the planner needs to know about the stored log."""
+
+    head_position: int = 0
+    head_hash: bytes = GENESIS_HASH
+    versions: dict[str, int] = field(default_factory=dict)
+    """Current versions of (at least) the group's streams; a missing stream is at 0."""
+    stored: dict[uuid.UUID, StoredEvent] = field(default_factory=dict)
+    """The group's event ids that are already stored (empty when none are, or unknown)."""
+
+    def advance(self, plan: GroupPlan) -> None:
+        """Apply a committed plan, so the view stays valid for the next group."""
+        if plan.rows:
+            last = plan.rows[-1]
+            self.head_position, self.head_hash = last.global_position, last.hash
+        self.versions.update(plan.stream_versions)
+        self.stored = {}
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    global_position: int
+    stream_id: str
+    stream_version: int
+    event_id: uuid.UUID
+    type: str
+    schema_version: int
+    data_text: str
+    metadata_text: str
+    recorded_at: datetime
+    hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPlan:
+    rows: tuple[EventRow, ...]
+    outcomes: tuple[AppendOutcome, ...]
+    stream_versions: Mapping[str, int]
+    """Final versions of the streams this plan writes to."""
+
+    @property
+    def has_rejections(self) -> bool:
+        return any(isinstance(o, EventStoreError) for o in self.outcomes)
+
+
+def plan_group(
+    items: Sequence[tuple[PreparedAppend, ...]], view: LogView, *, now: datetime
+) -> GroupPlan:
+    # The view is read, never changed: a plan that fails to commit leaves it as it was. What this
+    # group writes is tracked on the side (``written``, ``stored``) and consulted first.
+    head_position, head_hash = view.head_position, view.head_hash
+    written: dict[str, int] = {}
+    stored: dict[uuid.UUID, StoredEvent] = dict(view.stored)
+    recorded_us = epoch_micros(now)
+    rows: list[EventRow] = []
+    outcomes: list[AppendOutcome] = []
+
+    def version_of(stream_id: str) -> int:
+        found = written.get(stream_id)
+        return view.versions.get(stream_id, 0) if found is None else found
+
+    for item in items:
+        outcome = _judge(item, version_of, stored)
+        if outcome is not None:
+            outcomes.append(outcome)
+            continue
+        results: list[AppendResult] = []
+        for append in item:
+            version = version_of(append.stream_id)
+            first = head_position + 1
+            for event in append.events:
+                head_position += 1
+                version += 1
+                head_hash = chain_hash(
+                    head_hash,
+                    position=head_position,
+                    stream_id=append.stream_id,
+                    stream_version=version,
+                    event_id=str(event.event_id),
+                    type=event.type,
+                    schema_version=event.schema_version,
+                    recorded_at_us=recorded_us,
+                    data_text=event.data_text,
+                    metadata_text=event.metadata_text,
+                )
+                rows.append(
+                    EventRow(
+                        head_position,
+                        append.stream_id,
+                        version,
+                        event.event_id,
+                        event.type,
+                        event.schema_version,
+                        event.data_text,
+                        event.metadata_text,
+                        now,
+                        head_hash,
+                    )
+                )
+                # Later callers of the same group see this id as stored (a retry racing its
+                # original in one group is then judged like any other retry).
+                stored[event.event_id] = StoredEvent(append.stream_id, version, head_position)
+            written[append.stream_id] = version
+            results.append(AppendResult(first, head_position, version))
+        outcomes.append(results)
+    return GroupPlan(tuple(rows), tuple(outcomes), written)
+
+
+def _judge(
+    item: tuple[PreparedAppend, ...],
+    version_of: Callable[[str], int],
+    stored: Mapping[uuid.UUID, StoredEvent],
+) -> AppendOutcome | None:
+    """None when the item may be written; its original result if it is a faithful replay;
+    otherwise its error."""
+    if stored:
+        replay = _replay(item, stored)
+        if replay is not None:
+            return replay
+    for append in item:
+        actual = version_of(append.stream_id)
+        expected = append.expected
+        if (expected >= 0 and actual != expected) or (expected == EXPECT_EXISTS and actual == 0):
+            return WrongExpectedVersion(append.stream_id, append.expected_label, actual)
+    return None
+
+
+def _replay(
+    item: tuple[PreparedAppend, ...], stored: Mapping[uuid.UUID, StoredEvent]
+) -> AppendOutcome | None:
+    ids = [e.event_id for a in item for e in a.events]
+    found = [i for i in ids if i in stored]
+    if not found:
+        return None
+    # A faithful retry: every id stored, in order, in the same stream at consecutive versions
+    # its expectation allowed. Anything else reusing an id is a conflict.
+    results = [_original_result(append, stored) for append in item]
+    if all(r is not None for r in results):
+        return [r for r in results if r is not None]
+    return DuplicateEventId(str(found[0]))
+
+
+def _original_result(
+    append: PreparedAppend, stored: Mapping[uuid.UUID, StoredEvent]
+) -> AppendResult | None:
+    places = [stored.get(e.event_id) for e in append.events]
+    present = [p for p in places if p is not None]
+    if len(present) != len(places):
+        return None
+    first = present[0]
+    for offset, place in enumerate(present):
+        if place.stream_id != append.stream_id or place.stream_version != (
+            first.stream_version + offset
+        ):
+            return None
+    if append.expected not in (EXPECT_ANY, EXPECT_EXISTS) and first.stream_version != (
+        append.expected + 1
+    ):
+        return None
+    # Positions are reported as stored: the original may have been several appends.
+    last = present[-1]
+    return AppendResult(first.global_position, last.global_position, last.stream_version)
