@@ -8,6 +8,7 @@ SQLite it uses a scratch file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 import threading
@@ -16,14 +17,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import make_url
 
-from eventstore import ANY, NewEvent, open_store
-from eventstore import migrate
+from eventstore import ANY, NewEvent, migrate, open_store
 from eventstore._engine import normalise_url, resolve_url
 
 __all__ = ["Measurement", "StoreBenchReport", "run_store_bench"]
@@ -31,6 +32,7 @@ __all__ = ["Measurement", "StoreBenchReport", "run_store_bench"]
 log = structlog.get_logger("bench.store")
 
 WRITER_THREADS = 8
+COMMITS = "commits/s"
 BATCH = 100
 READ_PAGE = 1000
 
@@ -65,7 +67,7 @@ class StoreBenchReport:
     def render(self) -> str:
         lines = [f"bench store — {self.backend}, {self.events} events per write test"]
         for m in self.measurements:
-            line = f"  {m.name:<38} {m.rate:>12,.0f} {m.unit}"
+            line = f"  {m.name:<46} {m.rate:>10,.0f} {m.unit:<10}"
             if m.ratio is not None:
                 line += f"   {m.ratio:5.2f}× {m.reference}"
             if m.target is not None:
@@ -117,7 +119,9 @@ def run_store_bench(url: str | None = None, *, events: int = 2000) -> StoreBench
         migrate.upgrade(scratch)
         is_postgres = not scratch.startswith("sqlite")
         measurements: list[Measurement] = []
-        raw_insert = _raw_single_insert_rate(scratch, events) if is_postgres else None
+        raw_minimal, raw_insert = (
+            _raw_single_insert_rates(scratch, events) if is_postgres else (None, None)
+        )
         raw_batch = _raw_batch_insert_rate(scratch, events * 5) if is_postgres else None
         with open_store(scratch) as store:
             log.info("measuring single appends, 1 writer", events=events)
@@ -132,9 +136,14 @@ def run_store_bench(url: str | None = None, *, events: int = 2000) -> StoreBench
             replay = _timed(lambda: _replay(store))
         measurements.extend(
             [
-                _compare("raw psycopg INSERT, commit each", raw_insert, None, None, "commits/s"),
+                _compare(
+                    "raw INSERT minimal row, commit each", raw_minimal, None, None, "commits/s"
+                ),
+                _compare("raw INSERT event row, commit each", raw_insert, None, None, "commits/s"),
                 _compare("append 1 event, 1 writer", single, raw_insert, 0.95, "appends/s"),
+                _versus_minimal("append 1 event, 1 writer", single, raw_minimal),
                 _compare("append 1 event, 8 writers", threaded, raw_insert, 2.0, "appends/s"),
+                _versus_minimal("append 1 event, 8 writers", threaded, raw_minimal),
                 _compare("raw psycopg executemany 100/txn", raw_batch, None, None, "events/s"),
                 Measurement(
                     "append 100 events per call",
@@ -165,6 +174,14 @@ def _compare(
         return Measurement(name, rate, unit)
     ratio = rate / reference
     return Measurement(name, rate, unit, "raw", ratio, f">= {factor}× raw", ratio >= factor)
+
+
+def _versus_minimal(name: str, rate: float, minimal: float | None) -> Measurement:
+    if minimal is None:
+        return Measurement(name, 0.0, "appends/s")
+    return Measurement(
+        f"  (vs minimal row) {name}", rate, "appends/s", "raw minimal", rate / minimal
+    )
 
 
 def _append_singles(store: object, stream: str, count: int) -> int:
@@ -203,7 +220,9 @@ def _append_batches(store: object, count: int) -> int:
     calls = count // BATCH
     for c in range(calls):
         store.append(
-            f"bench-batch-{c % 20}", [_event(c * BATCH + i) for i in range(BATCH)], expected_version=ANY
+            f"bench-batch-{c % 20}",
+            [_event(c * BATCH + i) for i in range(BATCH)],
+            expected_version=ANY,
         )
     return calls * BATCH
 
@@ -224,20 +243,51 @@ def _psycopg_url(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def _raw_single_insert_rate(url: str, count: int) -> float:
+def _raw_single_insert_rates(url: str, count: int) -> tuple[float, float]:
+    """Two references, both one INSERT and one commit per row, psycopg defaults:
+
+    - a minimal table (bigserial key, text, json) — the cheapest thing Postgres can commit;
+    - a table shaped like ``events`` (same columns, same indexes) receiving a complete event row
+      computed up front — what storing an event costs before any event-store logic.
+    """
     import psycopg
 
     with psycopg.connect(_psycopg_url(url), autocommit=True) as conn:
         conn.execute("CREATE TABLE bench_raw (id bigserial PRIMARY KEY, stream_id text, data json)")
-        rows = [("bench-raw", json.dumps(_event(i).data)) for i in range(count)]
+        conn.execute("CREATE TABLE bench_raw_events (LIKE events INCLUDING ALL)")
+        minimal = [("bench-raw", json.dumps(_event(i).data)) for i in range(count)]
+        now = datetime.now(UTC)
+        shaped = [
+            (
+                i + 1,
+                "bench-raw-1",
+                i + 1,
+                uuid.uuid4(),
+                "BenchEvent",
+                1,
+                json.dumps(_event(i).data),
+                json.dumps(_event(i).metadata),
+                now,
+                hashlib.sha256(str(i).encode()).digest(),
+            )
+            for i in range(count)
+        ]
         log.info("measuring raw single-insert commits", events=count)
 
-        def work() -> int:
-            for row in rows:
+        def insert_minimal() -> int:
+            for row in minimal:
                 conn.execute("INSERT INTO bench_raw (stream_id, data) VALUES (%s, %s)", row)
             return count
 
-        return _timed(work)
+        def insert_shaped() -> int:
+            for row in shaped:
+                conn.execute(
+                    "INSERT INTO bench_raw_events VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    row,
+                )
+            return count
+
+        return _timed(insert_minimal), _timed(insert_shaped)
 
 
 def _raw_batch_insert_rate(url: str, count: int) -> float:
