@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## The main job on embedded SQLite (fleetledger.db in this folder).
+## The main job: the burst-vms simulation on embedded SQLite (a scratch file per run).
 run: $(STAMP)
-	$(BIN)/fleetledger demo
+	$(BIN)/fleetledger simulate --scenario burst-vms
 
 ## The whole test suite: lint, type checks, then pytest against SQLite and Postgres.
 test: lint typecheck unit

@@ -12,13 +12,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import structlog
 
 from adapters.logging import configure_logging
-from eventstore import EventStoreError, RecordedEvent, open_store
-from eventstore import migrate
+from eventstore import EventStoreError, RecordedEvent, migrate, open_store
 from eventstore._engine import DATABASE_URL_ENV, resolve_url
 
 __all__ = ["main"]
@@ -96,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(store)
     store.add_argument("--events", type=int, default=2000)
     store.set_defaults(run=_bench_store)
+    _add_bench_grouper(bench_commands)
+    _add_simulate(commands)
+    _add_serve(commands)
 
     demo = commands.add_parser(
         "demo", help="create the schema, append and replay a sample, verify the chain"
@@ -103,6 +105,60 @@ def build_parser() -> argparse.ArgumentParser:
     _add_url(demo)
     demo.set_defaults(run=_demo)
     return parser
+
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _add_bench_grouper(bench_commands: Subcommands) -> None:
+    grouper = bench_commands.add_parser(
+        "grouper", help="the pure Grouper's decide throughput and batching vs the minimum"
+    )
+    _add_json(grouper)
+    grouper.add_argument("--requests", type=int, default=10_000)
+    grouper.add_argument("--templates", type=int, default=5)
+    grouper.add_argument("--seed", type=int, default=0)
+    grouper.add_argument("--repeat", type=int, default=5, help="timed runs; the best is reported")
+    grouper.set_defaults(run=_bench_grouper)
+
+
+def _add_simulate(commands: Subcommands) -> None:
+    simulate = commands.add_parser(
+        "simulate", help="run a scenario on virtual time against the fake cloud and report"
+    )
+    simulate.add_argument("--scenario", required=True, help="scenario name, e.g. burst-vms")
+    simulate.add_argument("--seed", type=int, default=1, help="fixes the whole run (default 1)")
+    simulate.add_argument(
+        "--compare",
+        choices=["naive"],
+        help="also run the same arrivals with batching off and print both side by side",
+    )
+    simulate.add_argument(
+        "--url", help="log to this database (e.g. Postgres) instead of a scratch SQLite file"
+    )
+    _add_json(simulate)
+    simulate.set_defaults(run=_simulate)
+
+
+def _add_serve(commands: Subcommands) -> None:
+    serve = commands.add_parser("serve", help="run the HTTP API with the machines runtime")
+    _add_url(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument(
+        "--cloud",
+        choices=["fake", "azure-vm", "aks"],
+        default="fake",
+        help="fake (default), or a real Azure adapter configured by FLEETLEDGER_AZURE_* env vars",
+    )
+    serve.add_argument("--grouper", default="default", help="grouper name (one stream per name)")
+    serve.add_argument("--idle-timeout", type=float, default=0.5, metavar="SECONDS")
+    serve.add_argument("--max-timeout", type=float, default=5.0, metavar="SECONDS")
+    serve.add_argument("--max-batch-size", type=int, default=50)
+    serve.add_argument(
+        "--fake-latency", type=float, default=2.0, metavar="SECONDS", help="fake cloud's latency"
+    )
+    serve.set_defaults(run=_serve)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -236,6 +292,101 @@ def _bench_store(args: argparse.Namespace) -> int:
         _print_json(report.to_dict())
     else:
         print(report.render())
+    return 0
+
+
+def _bench_grouper(args: argparse.Namespace) -> int:
+    from adapters.benchmarks.grouper import run_grouper_bench
+
+    report = run_grouper_bench(
+        requests=args.requests, templates=args.templates, seed=args.seed, repeat=args.repeat
+    )
+    if args.json:
+        _print_json(report.to_dict())
+        return 0
+    target = report.target_requests_per_second
+    reasons = ", ".join(f"{reason} {count}" for reason, count in report.seal_reasons)
+    print(
+        f"grouper decide: {report.requests} requests over {report.templates} templates "
+        f"(seed {report.seed}; idle {report.idle_timeout_s:g} s, max {report.max_timeout_s:g} s, "
+        f"batch <= {report.max_batch_size})"
+    )
+    print(
+        f"  throughput   {report.requests_per_second:,.0f} requests/s best of {report.repeat} "
+        f"(median {report.median_requests_per_second:,.0f}); "
+        f"{report.requests_per_second / target:.2f}x the {target:,} /s target "
+        f"({'met' if report.meets_target else 'MISSED'})"
+    )
+    print(
+        f"  cloud calls  {report.cloud_calls} for a minimum of {report.min_cloud_calls} "
+        f"({report.calls_ratio:.2f}x the minimum); mean batch {report.mean_batch_size:.1f}, "
+        f"largest {report.largest_batch}; sealed by {reasons}"
+    )
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from adapters.simulator import compare_scenario, get_scenario, run_scenario
+
+    get_scenario(args.scenario)  # an unknown name fails now, listing the known ones
+    report: Any
+    if args.compare:
+        report = compare_scenario(args.scenario, seed=args.seed, url=args.url, against=args.compare)
+    else:
+        report = run_scenario(args.scenario, seed=args.seed, url=args.url)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    import uvicorn
+
+    from adapters.clock import SystemClock
+    from adapters.http import create_app
+    from adapters.machines import (
+        CloudNotConfigured,
+        CoordinatorOptions,
+        MachinesRuntime,
+        build_cloud,
+    )
+    from domain.errors import InvalidCommand
+    from domain.grouper import GrouperConfig
+
+    try:
+        config = GrouperConfig(
+            idle_timeout=timedelta(seconds=args.idle_timeout),
+            max_timeout=timedelta(seconds=args.max_timeout),
+            max_batch_size=args.max_batch_size,
+        )
+        clock = SystemClock()
+        choice = build_cloud(args.cloud, clock=clock, fake_latency=args.fake_latency)
+    except (CloudNotConfigured, InvalidCommand) as e:
+        print(f"fleetledger: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    store = open_store(args.url)
+    try:
+        runtime = MachinesRuntime(
+            store,
+            choice.cloud,
+            clock=clock,
+            config=config,
+            grouper_name=args.grouper,
+            coordinator_options=CoordinatorOptions(dispatch_mode=choice.dispatch_mode),
+        )
+        log.info(
+            "serving machine requests",
+            url=f"http://{args.host}:{args.port}",
+            cloud=choice.description,
+            log=store,
+        )
+        uvicorn.run(create_app(runtime, manage_runtime=True), host=args.host, port=args.port)
+    finally:
+        store.close()
     return 0
 
 

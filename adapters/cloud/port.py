@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from domain.grouper import BatchMachine
+from domain.machine_batch import batch_put_machine_header as domain_batch_put_machine_header
 from domain.template import MachineTemplate
 
 from .errors import CloudError
@@ -175,22 +177,24 @@ class CloudMachines(Protocol):
 def batch_put_machine_header(machines: Sequence[MachineSpec]) -> dict[str, object]:
     """The ``BatchPutMachine`` header object for ``machines``, every machine in order.
 
-    Shape from seed 01: ``{"vmSkus": {"value": []}, "batchMachines": [{"machineName", "zones",
-    "tags"}, …]}``; absent zones are ``[]`` and absent tags ``{}``, never omitted.
+    Built by :func:`domain.machine_batch.batch_put_machine_header`, the one implementation of the
+    shape (the coordinator records the header it sends from the same function):
+    ``{"vmSkus": {"value": []}, "batchMachines": [{"machineName", "zones", "tags"}, …]}``, absent
+    zones ``[]`` and absent tags ``{}``, never omitted.
     """
-    return {
-        "vmSkus": {"value": []},
-        "batchMachines": [
-            {
-                "machineName": m.machine_name,
-                "zones": list(m.zones),
-                "tags": dict(m.tags),
-            }
-            for m in machines
-        ],
-    }
+    return domain_batch_put_machine_header([_as_batch_machine(m) for m in machines])
 
 
 def encode_batch_put_machine_header(machines: Sequence[MachineSpec]) -> str:
-    """The header *value*: compact JSON, ASCII only so it is a valid HTTP header field."""
+    """The header *value*: compact JSON, ASCII only so it is a valid HTTP header field.
+
+    Same JSON as the domain's encoding (which the log records), escaped for the wire: the two
+    texts parse to equal objects, which is what the batch lifecycle checks.
+    """
     return json.dumps(batch_put_machine_header(machines), separators=(",", ":"), ensure_ascii=True)
+
+
+def _as_batch_machine(spec: MachineSpec) -> BatchMachine:
+    # The domain builder takes the batch's machines; a port spec has no request id, and the
+    # header never carries one, so the machine name stands in for it.
+    return BatchMachine(spec.machine_name, spec.machine_name, spec.zones, spec.tags)

@@ -15,6 +15,8 @@ from adapters.cloud import (
     batch_put_machine_header,
     encode_batch_put_machine_header,
 )
+from domain import machine_batch
+from domain.grouper import BatchMachine
 
 from .support import TEMPLATE, batch
 
@@ -52,6 +54,19 @@ class TestBatchPutMachineHeader:
             '[{"machineName":"m-1","zones":[],"tags":{"owner":"zo\\u00eb"}}]}'
         )
         assert json.loads(encoded)["batchMachines"][0]["tags"] == {"owner": "zoë"}
+
+    def test_is_the_domain_header_for_the_same_machines(self) -> None:
+        """One implementation: the port's header is the domain's, which the log records."""
+        specs = [MachineSpec("m-1", zones=("2",), tags=(("team", "a"),)), MachineSpec("m-2")]
+        machines = [
+            BatchMachine("r-1", "m-1", ("2",), (("team", "a"),)),
+            BatchMachine("r-2", "m-2"),
+        ]
+
+        assert batch_put_machine_header(specs) == machine_batch.batch_put_machine_header(machines)
+        assert json.loads(encode_batch_put_machine_header(specs)) == json.loads(
+            machine_batch.encode_batch_put_machine_header(machines)
+        )
 
 
 class TestBatchCreate:

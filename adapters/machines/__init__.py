@@ -1,0 +1,80 @@
+"""The machine-request runtime (issue 3): grouper service, coordinator reactor, driver, facade.
+
+The vertical slice of PRODUCT.md §4.1 — a request goes domain → log → reactor → cloud → outcome::
+
+    from adapters.machines import MachineRequest, MachinesRuntime, skip_batching
+    with MachinesRuntime(store, FakeCloud()) as runtime:
+        future = runtime.machines.enqueue(MachineRequest(machine_name="m-1", template=template))
+        outcome = future.result(timeout=30)
+
+Modules, one job each: :mod:`~adapters.machines.service` (decide and append grouper commands),
+:mod:`~adapters.machines.coordinator` (execute sealed batches against the cloud port),
+:mod:`~adapters.machines.driver` (the grouper's clock), :mod:`~adapters.machines.facade`
+(enqueue → future), :mod:`~adapters.machines.runtime` (the wiring),
+:mod:`~adapters.machines.records` (events ⇄ log records with idempotent ids),
+:mod:`~adapters.machines.streams` (stream names),
+:mod:`~adapters.machines.context` (skip-batching flag and batch metadata),
+:mod:`~adapters.machines.clouds` (choosing the cloud adapter), :mod:`~adapters.machines.errors`.
+"""
+
+from __future__ import annotations
+
+from .appends import RetryPolicy
+from .clouds import CLOUD_KINDS, CloudChoice, build_cloud
+from .context import BatchMetadata, current_batch, should_skip_batching, skip_batching
+from .coordinator import Coordinator, CoordinatorOptions, DispatchMode
+from .driver import GrouperDriver
+from .errors import (
+    BatchStalled,
+    CloudNotConfigured,
+    InvalidRequest,
+    LogContention,
+    LogUnavailable,
+    MachinesError,
+    RequestRejected,
+    RuntimeStopped,
+    UnknownRequest,
+)
+from .facade import Machines
+from .machine_request import MachineRequest
+from .outcomes import MachineOutcome
+from .runners import InlineRunner, TaskRunner, ThreadRunner
+from .runtime import MachinesRuntime
+from .service import Accepted, MachineService
+from .streams import DEFAULT_GROUPER, batch_stream_id, grouper_stream_id
+
+__all__ = [
+    "CLOUD_KINDS",
+    "DEFAULT_GROUPER",
+    "Accepted",
+    "BatchMetadata",
+    "BatchStalled",
+    "CloudChoice",
+    "CloudNotConfigured",
+    "Coordinator",
+    "CoordinatorOptions",
+    "DispatchMode",
+    "GrouperDriver",
+    "InlineRunner",
+    "InvalidRequest",
+    "LogContention",
+    "LogUnavailable",
+    "MachineOutcome",
+    "MachineRequest",
+    "MachineService",
+    "Machines",
+    "MachinesError",
+    "MachinesRuntime",
+    "RequestRejected",
+    "RetryPolicy",
+    "RuntimeStopped",
+    "TaskRunner",
+    "ThreadRunner",
+    "UnknownRequest",
+    "batch_stream_id",
+    "build_cloud",
+    "current_batch",
+    "grouper_stream_id",
+    "should_skip_batching",
+    "skip_batching",
+]

@@ -1,0 +1,126 @@
+"""Choosing the ``CloudMachines`` adapter the runtime talks to: the fake, plain VMs, or AKS.
+
+The fake needs nothing. The real adapters read their settings from the environment, so a
+deployment configures them once (and no secret ever sits on a command line); credentials come from
+``azure.identity.DefaultAzureCredential`` (workload identity, managed identity, ``az login``…).
+A missing setting raises :class:`~adapters.machines.errors.CloudNotConfigured` naming every
+variable to set, before anything is started.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from adapters.clock import Clock
+from adapters.cloud import CloudMachines, FakeCloud
+
+from .coordinator import DispatchMode
+from .errors import CloudNotConfigured
+
+__all__ = ["CLOUD_KINDS", "CloudChoice", "CloudKind", "build_cloud"]
+
+CloudKind = Literal["fake", "azure-vm", "aks"]
+CLOUD_KINDS: tuple[CloudKind, ...] = ("fake", "azure-vm", "aks")
+
+_COMMON = ("FLEETLEDGER_AZURE_SUBSCRIPTION_ID", "FLEETLEDGER_AZURE_RESOURCE_GROUP")
+_VM = (
+    "FLEETLEDGER_AZURE_LOCATION",
+    "FLEETLEDGER_AZURE_IMAGE_ID",
+    "FLEETLEDGER_AZURE_SSH_PUBLIC_KEY",
+)
+_AKS = ("FLEETLEDGER_AKS_CLUSTER", "FLEETLEDGER_AKS_AGENT_POOL")
+
+
+@dataclass(frozen=True, slots=True)
+class CloudChoice:
+    """The adapter, how the coordinator dispatches to it, and a line for the logs."""
+
+    cloud: CloudMachines
+    dispatch_mode: DispatchMode
+    description: str
+
+
+def build_cloud(
+    kind: str,
+    *,
+    clock: Clock,
+    fake_latency: float = 2.0,
+    environ: Mapping[str, str] | None = None,
+) -> CloudChoice:
+    """The adapter for ``kind`` (one of :data:`CLOUD_KINDS`)."""
+    env = os.environ if environ is None else environ
+    if kind == "fake":
+        return CloudChoice(
+            FakeCloud(clock=clock, latency=fake_latency),
+            "batch",
+            f"in-memory fake cloud ({fake_latency:g} s per create)",
+        )
+    if kind == "azure-vm":
+        settings = _settings(kind, env, (*_COMMON, *_VM))
+        return _azure_vm(settings)
+    if kind == "aks":
+        settings = _settings(kind, env, (*_COMMON, *_AKS))
+        return _aks(settings, clock)
+    raise ValueError(f"unknown cloud {kind!r}: choose one of {', '.join(CLOUD_KINDS)}")
+
+
+def _settings(kind: str, env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    missing = [name for name in names if not env.get(name)]
+    if missing:
+        raise CloudNotConfigured(
+            f"--cloud {kind} needs these environment variables: {', '.join(missing)}; "
+            "set them (credentials come from DefaultAzureCredential, e.g. `az login`), "
+            "or use --cloud fake"
+        )
+    return {name: env[name] for name in names}
+
+
+def _azure_vm(settings: dict[str, str]) -> CloudChoice:
+    from azure.identity import DefaultAzureCredential
+    from azure.mgmt.compute import ComputeManagementClient
+
+    from adapters.cloud.azure_vm import AzureVmCloud, VmProfile
+
+    client = ComputeManagementClient(
+        DefaultAzureCredential(), settings["FLEETLEDGER_AZURE_SUBSCRIPTION_ID"]
+    )
+    group = settings["FLEETLEDGER_AZURE_RESOURCE_GROUP"]
+    profile = VmProfile(
+        location=settings["FLEETLEDGER_AZURE_LOCATION"],
+        image_id=settings["FLEETLEDGER_AZURE_IMAGE_ID"],
+        ssh_public_key=settings["FLEETLEDGER_AZURE_SSH_PUBLIC_KEY"],
+    )
+    return CloudChoice(
+        AzureVmCloud(client, resource_group=group, profile=profile),
+        "per_machine",
+        f"Azure VMs in resource group {group} (create-only PUT per machine)",
+    )
+
+
+def _aks(settings: dict[str, str], clock: Clock) -> CloudChoice:
+    try:
+        from azure.mgmt.containerservice import ContainerServiceClient
+    except ImportError as e:
+        raise CloudNotConfigured(
+            "--cloud aks needs the optional AKS SDK: pip install 'fleetledger[aks]'"
+        ) from e
+    from azure.identity import DefaultAzureCredential
+
+    from adapters.cloud.aks import AksMachinesCloud
+
+    client = ContainerServiceClient(
+        DefaultAzureCredential(), settings["FLEETLEDGER_AZURE_SUBSCRIPTION_ID"]
+    )
+    cluster = settings["FLEETLEDGER_AKS_CLUSTER"]
+    pool = settings["FLEETLEDGER_AKS_AGENT_POOL"]
+    cloud = AksMachinesCloud(
+        client,
+        resource_group=settings["FLEETLEDGER_AZURE_RESOURCE_GROUP"],
+        cluster_name=cluster,
+        agent_pool=pool,
+        clock=clock,
+    )
+    return CloudChoice(cloud, "batch", f"AKS machines in {cluster}/{pool} (BatchPutMachine)")

@@ -1,0 +1,432 @@
+"""The Coordinator reactor: executes sealed batches against a ``CloudMachines`` port.
+
+One batch, one stream (``vmbatch-<grouper>-<batch_id>``), opened by the service in the same append
+as the grouper's ``BatchSealed``. Executing it follows the rules of :mod:`domain.machine_batch`:
+
+1. **Read before retry.** Machines dispatched earlier but without an outcome are *in doubt* (the
+   process may have died mid-call): read each one and record what the read saw. Never re-create
+   blindly; a machine that is not found goes back to "to dispatch".
+2. **Record the dispatch before the call.** ``RecordDispatch`` (with the exact ``BatchPutMachine``
+   header, built by :func:`domain.machine_batch.encode_batch_put_machine_header` from
+   ``machines_to_dispatch``; ``header=None`` for per-machine PUT adapters) is appended first, then
+   ``create_batch`` is called once for the whole batch.
+3. **Results per machine.** Created and failed machines are recorded; machines missing from both
+   maps stay unresolved and go through step 1 — the original treated them as created.
+   A raised :class:`~adapters.cloud.CloudError` proves nothing was created, so it fails every
+   unresolved request (``RecordCallFailure``) with that classified error; its ``retryable`` and
+   ``retry_after`` reach the requester, who decides whether to ask again. Any other exception
+   leaves the outcome unknown: the machines are read.
+4. **Completion.** When ``BatchCompleted`` is recorded, the outcomes go to the grouper
+   (``on_complete`` → ``RecordBatchOutcomes``), which resolves the callers' futures.
+
+Crash safety: on start the runtime submits every batch the grouper has no outcomes for; step 1
+then settles the in-doubt machines and step 2 dispatches only what was never sent or was read back
+as missing, up to the batch's ``max_attempts``. Create-only cloud semantics make a re-sent create
+of an existing name report that machine instead of making a second one.
+
+Concurrency: batches run on a :class:`~adapters.machines.runners.TaskRunner` (the bound on calls
+in flight); one batch never runs twice at once in this process. Two processes working the same
+batch would both be safe (expected versions, create-only), but wasteful: run one leader.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import structlog
+
+from adapters.clock import Clock
+from adapters.cloud import BatchCreate, CloudError, CloudMachines, MachineObservation, MachineSpec
+from domain import machine_batch
+from domain.errors import Rejected
+from domain.machine_batch import (
+    ERROR_CODES,
+    BatchCommand,
+    BatchCompleted,
+    BatchState,
+    ErrorCode,
+    MachineError,
+    RecordCallFailure,
+    RecordDispatch,
+    RecordMachineRead,
+    RecordMachineResults,
+    encode_batch_put_machine_header,
+    is_complete,
+    machines_to_dispatch,
+    needs_dispatch,
+    unresolved_machines,
+)
+from eventstore import EventStore, StreamAppend, WrongExpectedVersion
+
+from .appends import RetryPolicy, append_decision
+from .context import BatchMetadata, batch_metadata
+from .errors import BatchStalled, LogContention, MachinesError
+from .outcomes import MachineOutcome, outcomes_of
+from .records import decode_batch_event, encode
+from .runners import TaskRunner
+from .streams import batch_stream_id, validate_grouper_name
+
+__all__ = [
+    "CompletionHandler",
+    "Coordinator",
+    "CoordinatorOptions",
+    "DispatchMode",
+    "machine_error",
+]
+
+log = structlog.get_logger(__name__)
+
+DispatchMode = Literal["batch", "per_machine"]
+CompletionHandler = Callable[[str, tuple[MachineOutcome, ...], str], None]
+"""``(batch_id, outcomes, completed_event_id)``: a batch has every outcome."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoordinatorOptions:
+    """How batches are sent and how long in-doubt machines are waited for.
+
+    ``dispatch_mode="batch"`` records the ``BatchPutMachine`` header (one call per batch, the AKS
+    machines API and the fake); ``"per_machine"`` records one call per machine and no header
+    (plain VMs, ``AzureVmCloud``). A machine read as still *creating* is read again every
+    ``read_poll_seconds`` for up to ``read_timeout_seconds``; a read that fails is retried
+    ``read_error_attempts`` times. Past either bound the batch is left for the next start.
+    """
+
+    dispatch_mode: DispatchMode = "batch"
+    read_poll_seconds: float = 5.0
+    read_timeout_seconds: float = 900.0
+    read_error_attempts: int = 5
+
+    def __post_init__(self) -> None:
+        if self.dispatch_mode not in ("batch", "per_machine"):
+            raise ValueError(
+                f"dispatch_mode must be 'batch' or 'per_machine', got {self.dispatch_mode!r}"
+            )
+        if self.read_poll_seconds <= 0 or self.read_timeout_seconds < 0:
+            raise ValueError("read_poll_seconds must be > 0 and read_timeout_seconds >= 0")
+        if self.read_error_attempts < 1:
+            raise ValueError("read_error_attempts must be at least 1")
+
+
+def machine_error(error: CloudError) -> MachineError:
+    """The domain's record of a classified cloud error."""
+    code: ErrorCode = next((c for c in ERROR_CODES if c == error.code), "unknown")
+    return MachineError(
+        code,
+        error.message or type(error).__name__,
+        bool(error.retryable),
+        error.retry_after,
+    )
+
+
+class Coordinator:
+    """Executes sealed batches; see the module docstring for the rules it follows."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        cloud: CloudMachines,
+        *,
+        clock: Clock,
+        runner: TaskRunner,
+        on_complete: CompletionHandler,
+        grouper_name: str,
+        options: CoordinatorOptions | None = None,
+        actor: str = "fleetledger",
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._store = store
+        self._cloud = cloud
+        self._clock = clock
+        self._runner = runner
+        self._on_complete = on_complete
+        self._grouper = validate_grouper_name(grouper_name)
+        self._options = options or CoordinatorOptions()
+        self._actor = actor
+        self._retry = retry or RetryPolicy()
+        self._idle = threading.Condition()
+        self._in_flight: set[str] = set()
+
+    # -- scheduling --------------------------------------------------------------------------
+
+    def submit(self, batch_ids: Sequence[str]) -> None:
+        """Execute these batches on the runner (each at most once at a time); returns at once
+        with a thread runner. Usable as the service's ``on_sealed`` observer."""
+        for batch_id in batch_ids:
+            with self._idle:
+                if batch_id in self._in_flight:
+                    continue
+                self._in_flight.add(batch_id)
+            self._runner.submit(_BoundTask(self, batch_id))
+
+    def in_flight(self) -> tuple[str, ...]:
+        """Batches submitted and not finished yet."""
+        with self._idle:
+            return tuple(sorted(self._in_flight))
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no batch is in flight (True) or ``timeout`` seconds pass (False)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._in_flight, timeout=timeout)
+
+    def _run(self, batch_id: str) -> None:
+        try:
+            self.execute(batch_id)
+        except MachinesError as e:
+            log.error(
+                "batch left incomplete; it is resumed on the next start",
+                batch_id=batch_id,
+                error=str(e),
+            )
+        except Exception:
+            log.exception(
+                "batch execution failed unexpectedly; it is resumed on the next start",
+                batch_id=batch_id,
+            )
+        finally:
+            with self._idle:
+                self._in_flight.discard(batch_id)
+                self._idle.notify_all()
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def execute(self, batch_id: str) -> BatchState:
+        """Drive one batch to completion in the calling thread; returns its final state.
+
+        Raises :class:`BatchStalled` when the cloud or the log cannot make it progress now.
+        """
+        batch = _BatchLog(
+            self._store,
+            batch_id,
+            grouper=self._grouper,
+            clock=self._clock,
+            retry=self._retry,
+            actor=self._actor,
+        )
+        batch.load()
+        if batch.state.opened is None:
+            raise BatchStalled(
+                f"batch {batch_id} has no stream {batch.stream_id}; it was sealed by another "
+                "grouper name or its stream was never opened"
+            )
+        if not is_complete(batch.state):
+            log.debug(
+                "executing batch", batch_id=batch_id, status=machine_batch.status(batch.state)
+            )
+            self._read_unresolved(batch)
+            while not is_complete(batch.state):
+                if needs_dispatch(batch.state):
+                    self._dispatch(batch)
+                elif not unresolved_machines(batch.state):
+                    raise BatchStalled(f"batch {batch_id} neither complete nor executable")
+                self._read_unresolved(batch)
+        self._on_complete(batch_id, outcomes_of(batch.state), batch.completed_event_id)
+        return batch.state
+
+    def _dispatch(self, batch: _BatchLog) -> None:
+        state = batch.state
+        opened = state.opened
+        assert opened is not None
+        machines = machines_to_dispatch(state)
+        attempt = len(state.dispatches) + 1
+        if self._options.dispatch_mode == "batch":
+            header: str | None = encode_batch_put_machine_header(machines)
+            calls: tuple[str, ...] = (
+                f"create_batch {batch.batch_id}: {len(machines)} machine(s), BatchPutMachine",
+            )
+        else:
+            header = None
+            calls = tuple(f"create {m.machine_name} (create-only PUT)" for m in machines)
+        batch.record(RecordDispatch(batch.batch_id, attempt, calls, header, at=self._clock.now()))
+        request = BatchCreate(
+            batch.batch_id,
+            opened.template,
+            tuple(MachineSpec(m.machine_name, m.zones, m.tags) for m in machines),
+        )
+        log.debug(
+            "dispatching batch",
+            batch_id=batch.batch_id,
+            attempt=attempt,
+            machines=len(machines),
+            reason=opened.seal_reason,
+        )
+        metadata = BatchMetadata(
+            batch_id=batch.batch_id, machine_names=request.machine_names, attempt=attempt
+        )
+        try:
+            with batch_metadata(metadata):
+                result = self._cloud.create_batch(request)
+        except CloudError as e:
+            log.warning(
+                "cloud refused the whole batch",
+                batch_id=batch.batch_id,
+                code=e.code,
+                retryable=e.retryable,
+                error=e.message,
+            )
+            error = machine_error(e)
+            batch.record(RecordCallFailure(batch.batch_id, attempt, error, at=self._clock.now()))
+            return
+        except Exception as e:
+            # No classified answer: the call may have created some machines. Read them.
+            log.warning(
+                "cloud call ended without an answer; reading its machines",
+                batch_id=batch.batch_id,
+                error=repr(e),
+            )
+            return
+        failed = {name: machine_error(error) for name, error in result.failed.items()}
+        batch.record(
+            RecordMachineResults(batch.batch_id, dict(result.created), failed, at=self._clock.now())
+        )
+
+    def _read_unresolved(self, batch: _BatchLog) -> None:
+        for machine in unresolved_machines(batch.state):
+            seen = self._observe(batch.batch_id, machine.machine_name)
+            now = self._clock.now()
+            if seen.status == "succeeded":
+                # A machine that exists has an id; the name is the fallback an adapter without
+                # one can still be traced by.
+                provider_id = seen.provider_id or machine.machine_name
+                command: BatchCommand = RecordMachineRead(
+                    batch.batch_id, machine.machine_name, "created", provider_id, at=now
+                )
+            elif seen.status == "failed":
+                error = (
+                    machine_error(seen.error)
+                    if seen.error is not None
+                    else MachineError("unknown", f"machine {machine.machine_name} failed")
+                )
+                command = RecordMachineRead(
+                    batch.batch_id, machine.machine_name, "failed", error=error, at=now
+                )
+            else:
+                command = RecordMachineRead(
+                    batch.batch_id, machine.machine_name, "not_found", at=now
+                )
+            log.info(
+                "read in-doubt machine",
+                batch_id=batch.batch_id,
+                machine=machine.machine_name,
+                status=seen.status,
+            )
+            batch.record(command)
+
+    def _observe(self, batch_id: str, machine_name: str) -> MachineObservation:
+        options = self._options
+        give_up = self._clock.now().timestamp() + options.read_timeout_seconds
+        failures = 0
+        while True:
+            try:
+                seen = self._cloud.read_machine(machine_name)
+            except Exception as e:
+                failures += 1
+                if failures >= options.read_error_attempts:
+                    raise BatchStalled(
+                        f"cannot read machine {machine_name} of batch {batch_id} "
+                        f"({failures} attempts, last: {e!r}); check the cloud credentials and "
+                        "reachability — the batch resumes on the next start"
+                    ) from e
+                retry_after = e.retry_after if isinstance(e, CloudError) else None
+                self._clock.sleep(
+                    retry_after if retry_after is not None else options.read_poll_seconds
+                )
+                continue
+            if seen.status != "creating":
+                return seen
+            if self._clock.now().timestamp() >= give_up:
+                raise BatchStalled(
+                    f"machine {machine_name} of batch {batch_id} is still creating after "
+                    f"{options.read_timeout_seconds:.0f} s; the batch resumes on the next start"
+                )
+            self._clock.sleep(options.read_poll_seconds)
+
+
+class _BoundTask:
+    """``coordinator._run(batch_id)`` as a named callable (shows up readably in tracebacks)."""
+
+    __slots__ = ("_batch_id", "_coordinator")
+
+    def __init__(self, coordinator: Coordinator, batch_id: str) -> None:
+        self._coordinator = coordinator
+        self._batch_id = batch_id
+
+    def __call__(self) -> None:
+        self._coordinator._run(self._batch_id)
+
+    def __repr__(self) -> str:
+        return f"execute batch {self._batch_id}"
+
+
+class _BatchLog:
+    """One batch's stream: its folded state and version, and decide-then-append of commands."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        batch_id: str,
+        *,
+        grouper: str,
+        clock: Clock,
+        retry: RetryPolicy,
+        actor: str,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._retry = retry
+        self._actor = actor
+        self._grouper = grouper
+        self.batch_id = batch_id
+        self.stream_id = batch_stream_id(grouper, batch_id)
+        self.state: BatchState = machine_batch.initial_state()
+        self.version = 0
+        self.last_event_id = ""
+        self.completed_event_id = ""
+
+    def load(self) -> None:
+        """Fold what the stream holds beyond :attr:`version`."""
+        for record in self._store.read_stream(self.stream_id, from_version=self.version + 1):
+            event = decode_batch_event(record)
+            self.state = machine_batch.evolve(self.state, event)
+            self.version = record.stream_version
+            self.last_event_id = str(record.event_id)
+            if isinstance(event, BatchCompleted):
+                self.completed_event_id = self.last_event_id
+
+    def record(self, command: BatchCommand) -> None:
+        """Decide ``command`` on the current state and append; on a conflict reload and redo.
+
+        Each event's causation is the event the decision was taken after (the stream's last).
+        """
+        for _ in range(self._retry.conflict_attempts):
+            try:
+                events = machine_batch.decide(self.state, command)
+            except Rejected as e:
+                raise BatchStalled(f"batch {self.batch_id}: {e.reason}") from e
+            if not events:
+                return
+            records = encode(
+                self.stream_id,
+                self.version + 1,
+                events,
+                causation_ids=[self.last_event_id] * len(events),
+                actor=self._actor,
+                grouper=self._grouper,
+            )
+            append = StreamAppend(self.stream_id, records, expected_version=self.version)
+            try:
+                append_decision(self._store, [append], clock=self._clock, policy=self._retry)
+            except WrongExpectedVersion:
+                self.load()
+                continue
+            for event, record in zip(events, records, strict=True):
+                self.state = machine_batch.evolve(self.state, event)
+                self.last_event_id = str(record.event_id)
+                if isinstance(event, BatchCompleted):
+                    self.completed_event_id = self.last_event_id
+            self.version += len(events)
+            return
+        raise LogContention(f"{self.stream_id} kept changing; is another coordinator running it?")

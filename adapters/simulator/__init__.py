@@ -1,0 +1,41 @@
+"""The deterministic simulator: virtual time, the fake cloud, scenarios, a runner and reports.
+
+``fleetledger simulate --scenario burst-vms --seed 1`` runs the real machine-request runtime
+(service, coordinator, driver, read model) on virtual time against the fake cloud and reports
+API calls, batching ratio, latency added by batching and outcomes; ``--compare naive`` runs the
+same arrivals with batching off. Later issues register more scenarios
+(:func:`~adapters.simulator.scenarios.register_scenario`).
+"""
+
+from __future__ import annotations
+
+from .report import ComparisonReport, Latency, SimulationReport
+from .runner import COMPARE_MODES, compare_scenario, run_scenario, run_script
+from .scenarios import (
+    Arrival,
+    Injection,
+    Scenario,
+    Script,
+    get_scenario,
+    register_scenario,
+    scenario_names,
+)
+from .virtual_time import VirtualTime
+
+__all__ = [
+    "COMPARE_MODES",
+    "Arrival",
+    "ComparisonReport",
+    "Injection",
+    "Latency",
+    "Scenario",
+    "Script",
+    "SimulationReport",
+    "VirtualTime",
+    "compare_scenario",
+    "get_scenario",
+    "register_scenario",
+    "run_scenario",
+    "run_script",
+    "scenario_names",
+]

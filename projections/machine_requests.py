@@ -1,0 +1,315 @@
+"""Read model of machine requests: request id → status, batch, outcome.
+
+Folded from the log in global order: the grouper stream gives a request its batch (``pending``,
+then ``sealed``), the batch's own stream its progress (``dispatched``, back to ``sealed`` when a
+read finds the machine missing and it waits to be sent again) and its one outcome (``created`` or
+``failed``). Statuses only move along that lifecycle; the log guarantees the order.
+
+The model lives in memory and is rebuilt from position 0 on start (PRODUCT.md §2 allows memory
+read models); folding from 0 and folding incrementally give equal views, which the tests check.
+It keeps one view per request the grouper ever accepted — fine for this slice; a table-backed
+version with its checkpoint in the same transaction is the step for very long-lived groupers.
+
+Waiting is event-driven: :meth:`MachineRequestsProjection.wait_for_position` parks on a condition
+until the model has read that far, and :meth:`MachineRequestsProjection.watch` returns a future
+resolved when a request reaches its outcome (the HTTP long-poll awaits it).
+
+Which streams belong to the grouper is passed in (``grouper_stream``, ``batch_stream_prefix``):
+the naming convention is the runtime's (``adapters.machines.streams``), not this module's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from domain.codec import from_data
+from domain.grouper import BatchSealed, MachineRequested
+from domain.machine_batch import (
+    BatchDispatched,
+    MachineCreated,
+    MachineError,
+    MachineFailed,
+    MachineNotFound,
+)
+from eventstore import EventStore, RecordedEvent
+
+__all__ = [
+    "MachineRequestsProjection",
+    "REQUEST_EVENT_TYPES",
+    "RequestState",
+    "RequestView",
+    "TERMINAL_STATES",
+]
+
+RequestState = Literal["pending", "sealed", "dispatched", "created", "failed"]
+TERMINAL_STATES: tuple[RequestState, ...] = ("created", "failed")
+
+REQUEST_EVENT_TYPES: tuple[str, ...] = (
+    "vm.MachineRequested",
+    "vm.BatchSealed",
+    "vm.BatchDispatched",
+    "vm.MachineCreated",
+    "vm.MachineFailed",
+    "vm.MachineNotFound",
+)
+"""The event types that change a request's view (the rest of the vm.* events do not)."""
+
+_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """Everything known about one request, as of global position ``position``."""
+
+    request_id: str
+    machine_name: str
+    template_hash: str
+    batch_id: str
+    status: RequestState
+    skip_batching: bool
+    requested_at: datetime
+    position: int
+    sealed_at: datetime | None = None
+    seal_reason: str | None = None
+    dispatched_at: datetime | None = None
+    attempts: int = 0
+    completed_at: datetime | None = None
+    provider_id: str | None = None
+    error: MachineError | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """True once the request has its one outcome."""
+        return self.status in TERMINAL_STATES
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form; ``outcome`` is ``None`` until the request is created or failed."""
+        outcome: dict[str, object] | None = None
+        if self.terminal:
+            error = self.error
+            outcome = {
+                "status": self.status,
+                "provider_id": self.provider_id,
+                "at": _iso(self.completed_at),
+                "error": None
+                if error is None
+                else {
+                    "code": error.code,
+                    "message": error.message,
+                    "retryable": error.retryable,
+                    "retry_after_seconds": error.retry_after_seconds,
+                },
+            }
+        return {
+            "request_id": self.request_id,
+            "machine_name": self.machine_name,
+            "status": self.status,
+            "batch_id": self.batch_id,
+            "template_hash": self.template_hash,
+            "skip_batching": self.skip_batching,
+            "requested_at": _iso(self.requested_at),
+            "sealed_at": _iso(self.sealed_at),
+            "seal_reason": self.seal_reason,
+            "dispatched_at": _iso(self.dispatched_at),
+            "attempts": self.attempts,
+            "outcome": outcome,
+        }
+
+
+class MachineRequestsProjection:
+    """The views of one grouper's requests; thread-safe."""
+
+    def __init__(self, *, grouper_stream: str, batch_stream_prefix: str) -> None:
+        self._grouper_stream = grouper_stream
+        self._batch_prefix = batch_stream_prefix
+        self._views: dict[str, RequestView] = {}
+        self._batches: dict[str, tuple[str, ...]] = {}
+        self._position = 0
+        self._changed = threading.Condition()
+        self._reading = threading.Lock()
+        self._watchers: dict[str, list[Future[RequestView]]] = {}
+
+    # -- reading the log -----------------------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        """The global position of the last event read."""
+        with self._changed:
+            return self._position
+
+    def catch_up(self, store: EventStore) -> int:
+        """Read and apply every relevant event after :attr:`position`; return how many were read."""
+        read = 0
+        with self._reading:
+            while True:
+                records = store.read_all(
+                    after=self.position, limit=_PAGE, types=REQUEST_EVENT_TYPES
+                )
+                for record in records:
+                    self.apply(record)
+                read += len(records)
+                if len(records) < _PAGE:
+                    return read
+
+    def apply(self, record: RecordedEvent) -> None:
+        """Fold one event; events at or before :attr:`position` are ignored (already applied)."""
+        done: list[tuple[Future[RequestView], RequestView]] = []
+        with self._changed:
+            if record.global_position <= self._position:
+                return
+            self._position = record.global_position
+            if self._is_ours(record):
+                for view in self._fold(record):
+                    self._views[view.request_id] = view
+                    if view.terminal:
+                        done.extend((f, view) for f in self._watchers.pop(view.request_id, ()))
+            self._changed.notify_all()
+        for future, view in done:
+            _resolve(future, view)
+
+    def _is_ours(self, record: RecordedEvent) -> bool:
+        stream = record.stream_id
+        return stream == self._grouper_stream or stream.startswith(self._batch_prefix)
+
+    def _fold(self, record: RecordedEvent) -> list[RequestView]:
+        event = from_data(record.type, record.schema_version, record.data)
+        position = record.global_position
+        if isinstance(event, MachineRequested):
+            return [
+                RequestView(
+                    request_id=event.request_id,
+                    machine_name=event.machine_name,
+                    template_hash=event.template_hash,
+                    batch_id=event.batch_id,
+                    status="pending",
+                    skip_batching=event.skip_batching,
+                    requested_at=event.at,
+                    position=position,
+                )
+            ]
+        if isinstance(event, BatchSealed):
+            self._batches[event.batch_id] = event.request_ids
+            return self._update(
+                event.request_ids,
+                position,
+                status="sealed",
+                sealed_at=event.at,
+                seal_reason=event.reason,
+            )
+        if record.stream_id != self._batch_prefix + getattr(event, "batch_id", ""):
+            return []  # a batch stream of a grouper whose name merely starts like ours
+        if isinstance(event, BatchDispatched):
+            return [
+                dataclasses.replace(
+                    view,
+                    status="dispatched",
+                    dispatched_at=event.at,
+                    attempts=view.attempts + 1,
+                    position=position,
+                )
+                for view in self._known(event.request_ids)
+                if not view.terminal
+            ]
+        if isinstance(event, MachineNotFound):
+            return self._update((event.request_id,), position, status="sealed")
+        if isinstance(event, MachineCreated):
+            return self._update(
+                (event.request_id,),
+                position,
+                status="created",
+                completed_at=event.at,
+                provider_id=event.provider_id,
+            )
+        if isinstance(event, MachineFailed):
+            error = MachineError(
+                event.code, event.message, event.retryable, event.retry_after_seconds
+            )
+            return self._update(
+                (event.request_id,), position, status="failed", completed_at=event.at, error=error
+            )
+        return []
+
+    def _known(self, request_ids: tuple[str, ...]) -> list[RequestView]:
+        return [self._views[r] for r in request_ids if r in self._views]
+
+    def _update(
+        self, request_ids: tuple[str, ...], position: int, **changes: object
+    ) -> list[RequestView]:
+        return [
+            dataclasses.replace(view, position=position, **changes)  # type: ignore[arg-type]
+            for view in self._known(request_ids)
+            if not view.terminal
+        ]
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def get(self, request_id: str) -> RequestView | None:
+        """The request's view, or ``None`` if the model has not seen it."""
+        with self._changed:
+            return self._views.get(request_id)
+
+    def views(self) -> Mapping[str, RequestView]:
+        """Every view by request id (a copy)."""
+        with self._changed:
+            return dict(self._views)
+
+    def batch(self, batch_id: str) -> tuple[str, ...]:
+        """The request ids sealed in ``batch_id``, in batch order (empty if not sealed yet)."""
+        with self._changed:
+            return self._batches.get(batch_id, ())
+
+    def counts(self) -> Mapping[str, int]:
+        """How many requests are in each status."""
+        with self._changed:
+            return dict(Counter(view.status for view in self._views.values()))
+
+    # -- waiting -------------------------------------------------------------------------------
+
+    def wait_for_position(self, position: int, timeout: float) -> bool:
+        """Block until the model has read up to ``position`` (True) or ``timeout`` passes."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._position >= position, timeout=timeout)
+
+    def watch(self, request_id: str) -> Future[RequestView]:
+        """A future resolved with the request's view once it is terminal (at once if it is).
+
+        Cancel it to stop waiting. ``KeyError`` if the model has not seen the request.
+        """
+        future: Future[RequestView] = Future()
+        with self._changed:
+            view = self._views.get(request_id)
+            if view is None:
+                raise KeyError(request_id)
+            if not view.terminal:
+                self._watchers.setdefault(request_id, []).append(future)
+                future.add_done_callback(self._forget)
+                return future
+        _resolve(future, view)
+        return future
+
+    def _forget(self, future: Future[RequestView]) -> None:
+        # A cancelled long-poll must not leave its future behind until the request completes.
+        if not future.cancelled():
+            return
+        with self._changed:
+            for request_id, futures in list(self._watchers.items()):
+                if future in futures:
+                    futures.remove(future)
+                    if not futures:
+                        del self._watchers[request_id]
+
+
+def _resolve(future: Future[RequestView], view: RequestView) -> None:
+    if future.set_running_or_notify_cancel():
+        future.set_result(view)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()

@@ -1,0 +1,90 @@
+"""Events ⇄ records: deterministic ids make a re-sent decision a replay, never a second copy."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from adapters.machines.records import decode, encode, event_id
+from domain.codec import CodecError
+from domain.grouper import MachineRequested
+from domain.template import template_hash
+from eventstore import EventStore, NewEvent, StreamAppend, WrongExpectedVersion
+
+from .support import D4, EPOCH
+
+
+def requested(n: int, seconds: float = 0) -> MachineRequested:
+    return MachineRequested(
+        f"r-{n}",
+        f"m-{n}",
+        D4,
+        template_hash(D4),
+        ("1",),
+        (("team", "a"),),
+        False,
+        "b-1",
+        EPOCH + timedelta(seconds=seconds),
+    )
+
+
+def records(*events: MachineRequested, first_version: int = 1) -> list[NewEvent]:
+    return encode(
+        "vmgrouper-t",
+        first_version,
+        events,
+        causation_ids=[e.request_id for e in events],
+        actor="test",
+        grouper="t",
+    )
+
+
+class TestEventIds:
+    def test_the_same_event_at_the_same_version_has_the_same_id(self) -> None:
+        """Encoding a decision twice gives identical ids: a re-send is recognisable."""
+        assert records(requested(1))[0].event_id == records(requested(1))[0].event_id
+
+    def test_a_different_event_at_the_same_version_has_another_id(self) -> None:
+        """Ids cover the content, so another decision in that slot is not taken for a replay."""
+        assert records(requested(1))[0].event_id != records(requested(1, seconds=1))[0].event_id
+
+    def test_the_same_event_at_another_version_has_another_id(self) -> None:
+        """Ids cover the slot, so the same content later in the stream is a new event."""
+        assert event_id("s", 1, "t", {}) != event_id("s", 2, "t", {})
+
+
+class TestResending:
+    def test_resending_the_same_records_is_a_replay(self, store: EventStore) -> None:
+        """After an unknown outcome the same append returns the original result, stored once."""
+        appends = [StreamAppend("vmgrouper-t", records(requested(1)), expected_version=0)]
+
+        first = store.append_many(appends)
+        again = store.append_many(appends)
+
+        assert again == first
+        assert len(store.read_stream("vmgrouper-t")) == 1
+
+    def test_a_different_decision_for_a_taken_slot_is_a_conflict(self, store: EventStore) -> None:
+        """A changed decision is refused by the expected version, so the caller decides again."""
+        store.append("vmgrouper-t", records(requested(1)), expected_version=0)
+
+        with pytest.raises(WrongExpectedVersion):
+            store.append("vmgrouper-t", records(requested(1, seconds=1)), expected_version=0)
+
+
+class TestDecode:
+    def test_round_trips_a_domain_event(self, sqlite_store: EventStore) -> None:
+        """What is appended decodes to an equal domain event."""
+        sqlite_store.append("vmgrouper-t", records(requested(1)))
+
+        (record,) = sqlite_store.read_stream("vmgrouper-t")
+
+        assert decode(record) == requested(1)
+
+    def test_refuses_foreign_events(self, sqlite_store: EventStore) -> None:
+        """An event that is not one of ours is an error, not silently skipped."""
+        sqlite_store.append("vmgrouper-t", [NewEvent("demo.Other", {})])
+
+        with pytest.raises(CodecError):
+            decode(sqlite_store.read_stream("vmgrouper-t")[0])
