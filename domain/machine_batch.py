@@ -38,7 +38,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime
-from typing import Literal, TypeAlias
+from typing import Literal, Protocol, TypeAlias
 
 from domain.errors import InvalidCommand, Rejected
 from domain.grouper import BatchMachine, BatchSealed, SealReason
@@ -67,6 +67,7 @@ __all__ = [
     "RecordMachineResults",
     "batch_put_machine_header",
     "decide",
+    "MachineVariation",
     "encode_batch_put_machine_header",
     "evolve",
     "initial_state",
@@ -101,7 +102,18 @@ DEFAULT_MAX_ATTEMPTS = 3
 # -- the BatchPutMachine header ------------------------------------------------------------------
 
 
-def batch_put_machine_header(machines: Sequence[BatchMachine]) -> dict[str, object]:
+class MachineVariation(Protocol):
+    """What the header needs of a machine: its per-machine variations (seed 01)."""
+
+    @property
+    def machine_name(self) -> str: ...
+    @property
+    def zones(self) -> tuple[str, ...]: ...
+    @property
+    def tags(self) -> tuple[tuple[str, str], ...]: ...
+
+
+def batch_put_machine_header(machines: Sequence[MachineVariation]) -> dict[str, object]:
     """The ``BatchPutMachine`` header (seed 01) for ``machines``, in their order.
 
     Every machine is listed; absent zones are ``[]`` and absent tags ``{}``, never omitted, so the
@@ -116,7 +128,7 @@ def batch_put_machine_header(machines: Sequence[BatchMachine]) -> dict[str, obje
     }
 
 
-def encode_batch_put_machine_header(machines: Sequence[BatchMachine]) -> str:
+def encode_batch_put_machine_header(machines: Sequence[MachineVariation]) -> str:
     """The header as the one compact JSON text to send and to record in :class:`RecordDispatch`."""
     return json.dumps(batch_put_machine_header(machines), separators=(",", ":"), ensure_ascii=False)
 

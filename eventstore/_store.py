@@ -300,6 +300,14 @@ class EventStore:
         with self._wake:
             self._wake.wait_for(lambda: self._wake_seq != seen, timeout=timeout)
 
+    def wake(self) -> None:
+        """Wake everything waiting for new events (subscriptions, long-polls) to re-check now.
+
+        Appends through this store do it themselves; call it after changing something a waiter
+        checks besides the log, such as a stop flag.
+        """
+        self._notify_local()
+
     def _notify_local(self) -> None:
         with self._wake:
             self._wake_seq += 1

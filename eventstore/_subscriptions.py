@@ -91,7 +91,7 @@ class Subscription:
 
     def stop(self, timeout: float | None = 10.0) -> None:
         self._stop.set()
-        self._store._notify_local()  # wake the loop so it sees the stop flag now
+        self._store.wake()  # so the loop sees the stop flag now
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 

@@ -25,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from domain.grouper import BatchMachine
 from domain.machine_batch import batch_put_machine_header as domain_batch_put_machine_header
 from domain.template import MachineTemplate
 
@@ -182,7 +181,7 @@ def batch_put_machine_header(machines: Sequence[MachineSpec]) -> dict[str, objec
     ``{"vmSkus": {"value": []}, "batchMachines": [{"machineName", "zones", "tags"}, …]}``, absent
     zones ``[]`` and absent tags ``{}``, never omitted.
     """
-    return domain_batch_put_machine_header([_as_batch_machine(m) for m in machines])
+    return domain_batch_put_machine_header(machines)
 
 
 def encode_batch_put_machine_header(machines: Sequence[MachineSpec]) -> str:
@@ -192,9 +191,3 @@ def encode_batch_put_machine_header(machines: Sequence[MachineSpec]) -> str:
     texts parse to equal objects, which is what the batch lifecycle checks.
     """
     return json.dumps(batch_put_machine_header(machines), separators=(",", ":"), ensure_ascii=True)
-
-
-def _as_batch_machine(spec: MachineSpec) -> BatchMachine:
-    # The domain builder takes the batch's machines; a port spec has no request id, and the
-    # header never carries one, so the machine name stands in for it.
-    return BatchMachine(spec.machine_name, spec.machine_name, spec.zones, spec.tags)

@@ -52,7 +52,7 @@ class LogFollower:
         self._stop.set()
         # The store has no public "wake the waiters" call; without this nudge a stop would wait
         # out the fallback poll. (Asked for as a public EventStore.wake() in the issue report.)
-        self._store._notify_local()
+        self._store.wake()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 

@@ -125,6 +125,7 @@ class TestSurface:
             "MachineError",
             "MachineFailed",
             "MachineNotFound",
+            "MachineVariation",
             "OpenBatch",
             "ReadResult",
             "RecordCallFailure",
