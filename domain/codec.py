@@ -42,6 +42,7 @@ from domain.machine_batch import (
     BatchCompleted,
     BatchDispatched,
     BatchOpened,
+    MachineCreateAccepted,
     MachineCreated,
     MachineFailed,
     MachineNotFound,
@@ -390,4 +391,5 @@ _register(BatchDispatched, "vm.BatchDispatched", 1)
 _register(MachineCreated, "vm.MachineCreated", 1)
 _register(MachineFailed, "vm.MachineFailed", 1)
 _register(MachineNotFound, "vm.MachineNotFound", 1)
+_register(MachineCreateAccepted, "vm.MachineCreateAccepted", 1)
 _register(BatchCompleted, "vm.BatchCompleted", 1)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeAlias
 
@@ -58,10 +58,12 @@ __all__ = [
     "MachineCreated",
     "MachineError",
     "MachineFailed",
+    "MachineCreateAccepted",
     "MachineNotFound",
     "OpenBatch",
     "ReadResult",
     "RecordCallFailure",
+    "RecordCreateAccepted",
     "RecordDispatch",
     "RecordMachineRead",
     "RecordMachineResults",
@@ -74,6 +76,7 @@ __all__ = [
     "is_complete",
     "machines_to_dispatch",
     "needs_dispatch",
+    "resume_token",
     "status",
     "unresolved_machines",
 ]
@@ -232,8 +235,29 @@ class RecordMachineRead:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class RecordCreateAccepted:
+    """The cloud accepted the create of a dispatched machine and gave a token to resume waiting
+    for it (an Azure long-running operation's continuation token).
+
+    Recorded as soon as it is known, so a controller that restarts mid-create resumes polling
+    that operation instead of guessing from a plain read.
+    """
+
+    batch_id: str
+    machine_name: str
+    resume_token: str
+    _: KW_ONLY
+    at: datetime
+
+
 BatchCommand: TypeAlias = (
-    OpenBatch | RecordDispatch | RecordCallFailure | RecordMachineResults | RecordMachineRead
+    OpenBatch
+    | RecordDispatch
+    | RecordCallFailure
+    | RecordMachineResults
+    | RecordMachineRead
+    | RecordCreateAccepted
 )
 
 
@@ -302,6 +326,17 @@ class MachineNotFound:
 
 
 @dataclass(frozen=True, slots=True)
+class MachineCreateAccepted:
+    """The cloud accepted a machine's create; ``resume_token`` resumes waiting for it."""
+
+    batch_id: str
+    request_id: str
+    machine_name: str
+    resume_token: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class BatchCompleted:
     """Every request of the batch has its one outcome."""
 
@@ -317,6 +352,7 @@ BatchEvent: TypeAlias = (
     | MachineCreated
     | MachineFailed
     | MachineNotFound
+    | MachineCreateAccepted
     | BatchCompleted
 )
 _Outcome: TypeAlias = MachineCreated | MachineFailed
@@ -335,6 +371,8 @@ class BatchState:
     to_dispatch: frozenset[str] = frozenset()
     outcomes: Mapping[str, _Outcome] = field(default_factory=dict)
     completed: BatchCompleted | None = None
+    resume_tokens: Mapping[str, str] = field(default_factory=dict)
+    """Request id to the token of its accepted, still unresolved create."""
 
 
 def initial_state() -> BatchState:
@@ -347,35 +385,48 @@ def evolve(state: BatchState, event: BatchEvent) -> BatchState:
     if isinstance(event, BatchOpened):
         return BatchState(opened=event, to_dispatch=frozenset(m.request_id for m in event.machines))
     if isinstance(event, BatchDispatched):
-        return BatchState(
-            state.opened,
-            (*state.dispatches, event),
-            state.to_dispatch - set(event.request_ids),
-            state.outcomes,
-            state.completed,
+        return replace(
+            state,
+            dispatches=(*state.dispatches, event),
+            to_dispatch=state.to_dispatch - set(event.request_ids),
         )
     if isinstance(event, MachineCreated | MachineFailed):
-        return BatchState(
-            state.opened,
-            state.dispatches,
-            state.to_dispatch - {event.request_id},
-            {**state.outcomes, event.request_id: event},
-            state.completed,
+        return replace(
+            state,
+            to_dispatch=state.to_dispatch - {event.request_id},
+            outcomes={**state.outcomes, event.request_id: event},
+            resume_tokens=_without(state.resume_tokens, event.request_id),
         )
     if isinstance(event, MachineNotFound):
-        return BatchState(
-            state.opened,
-            state.dispatches,
-            state.to_dispatch | {event.request_id},
-            state.outcomes,
-            state.completed,
+        return replace(
+            state,
+            to_dispatch=state.to_dispatch | {event.request_id},
+            resume_tokens=_without(state.resume_tokens, event.request_id),
+        )
+    if isinstance(event, MachineCreateAccepted):
+        return replace(
+            state, resume_tokens={**state.resume_tokens, event.request_id: event.resume_token}
         )
     if isinstance(event, BatchCompleted):
-        return BatchState(state.opened, state.dispatches, state.to_dispatch, state.outcomes, event)
+        return replace(state, completed=event)
     raise TypeError(f"not a machine batch event: {event!r}")
 
 
+def _without(tokens: Mapping[str, str], request_id: str) -> Mapping[str, str]:
+    return {k: v for k, v in tokens.items() if k != request_id} if request_id in tokens else tokens
+
+
 # -- queries -------------------------------------------------------------------------------------
+
+
+def resume_token(state: BatchState, machine_name: str) -> str | None:
+    """The token to resume waiting for an unresolved machine's create, if the cloud gave one."""
+    if state.opened is None:
+        return None
+    for machine in state.opened.machines:
+        if machine.machine_name == machine_name:
+            return state.resume_tokens.get(machine.request_id)
+    return None
 
 
 def status(state: BatchState) -> BatchStatus:
@@ -439,6 +490,8 @@ def decide(state: BatchState, command: BatchCommand) -> list[BatchEvent]:
         return _decide_results(state, opened, command, at)
     if isinstance(command, RecordMachineRead):
         return _decide_read(state, opened, command, at)
+    if isinstance(command, RecordCreateAccepted):
+        return _decide_accepted(state, opened, command, at)
     raise InvalidCommand(f"a machine batch does not handle {type(command).__name__}")
 
 
@@ -643,6 +696,31 @@ def _decide_results(
         if _is_new_outcome(state, outcome):
             events.append(outcome)
     return _with_completion(state, opened, events, at)
+
+
+def _decide_accepted(
+    state: BatchState, opened: BatchOpened, command: RecordCreateAccepted, at: datetime
+) -> list[BatchEvent]:
+    machine = next((m for m in opened.machines if m.machine_name == command.machine_name), None)
+    if machine is None:
+        raise InvalidCommand(f"machine {command.machine_name!r} is not in batch {opened.batch_id}")
+    if not isinstance(command.resume_token, str) or not command.resume_token:
+        raise InvalidCommand("resume_token must be a non-empty string")
+    if machine.request_id in state.to_dispatch:
+        raise Rejected(
+            f"machine {machine.machine_name} of batch {opened.batch_id} is not dispatched; "
+            "record the dispatch before the cloud call"
+        )
+    if (
+        machine.request_id in state.outcomes
+        or state.resume_tokens.get(machine.request_id) == command.resume_token
+    ):
+        return []  # a late or repeated note: the machine's fate is already known or recorded
+    return [
+        MachineCreateAccepted(
+            opened.batch_id, machine.request_id, machine.machine_name, command.resume_token, at
+        )
+    ]
 
 
 def _decide_read(

@@ -39,7 +39,14 @@ from typing import Literal
 import structlog
 
 from adapters.clock import Clock
-from adapters.cloud import BatchCreate, CloudError, CloudMachines, MachineObservation, MachineSpec
+from adapters.cloud import (
+    BatchCreate,
+    CloudError,
+    CloudMachines,
+    MachineObservation,
+    MachineSpec,
+    ProgressNote,
+)
 from domain import machine_batch
 from domain.errors import Rejected
 from domain.machine_batch import (
@@ -50,6 +57,7 @@ from domain.machine_batch import (
     ErrorCode,
     MachineError,
     RecordCallFailure,
+    RecordCreateAccepted,
     RecordDispatch,
     RecordMachineRead,
     RecordMachineResults,
@@ -57,6 +65,7 @@ from domain.machine_batch import (
     is_complete,
     machines_to_dispatch,
     needs_dispatch,
+    resume_token,
     unresolved_machines,
 )
 from eventstore import EventStore, StreamAppend, WrongExpectedVersion
@@ -256,9 +265,18 @@ class Coordinator:
         metadata = BatchMetadata(
             batch_id=batch.batch_id, machine_names=request.machine_names, attempt=attempt
         )
+
+        def record_accepted(note: ProgressNote) -> None:
+            # In the log before the create is awaited further: a restart resumes this operation.
+            batch.record(
+                RecordCreateAccepted(
+                    batch.batch_id, note.machine_name, note.resume_token, at=self._clock.now()
+                )
+            )
+
         try:
             with batch_metadata(metadata):
-                result = self._cloud.create_batch(request)
+                result = self._cloud.create_batch(request, on_progress=record_accepted)
         except CloudError as e:
             log.warning(
                 "cloud refused the whole batch",
@@ -285,7 +303,11 @@ class Coordinator:
 
     def _read_unresolved(self, batch: _BatchLog) -> None:
         for machine in unresolved_machines(batch.state):
-            seen = self._observe(batch.batch_id, machine.machine_name)
+            seen = self._observe(
+                batch.batch_id,
+                machine.machine_name,
+                resume_token(batch.state, machine.machine_name),
+            )
             now = self._clock.now()
             if seen.status == "succeeded":
                 # A machine that exists has an id; the name is the fallback an adapter without
@@ -315,13 +337,13 @@ class Coordinator:
             )
             batch.record(command)
 
-    def _observe(self, batch_id: str, machine_name: str) -> MachineObservation:
+    def _observe(self, batch_id: str, machine_name: str, token: str | None) -> MachineObservation:
         options = self._options
         give_up = self._clock.now().timestamp() + options.read_timeout_seconds
         failures = 0
         while True:
             try:
-                seen = self._cloud.read_machine(machine_name)
+                seen = self._cloud.read_machine(machine_name, resume_token=token)
             except Exception as e:
                 failures += 1
                 if failures >= options.read_error_attempts:

@@ -130,5 +130,6 @@ _BATCH_EVENTS = (
     machine_batch.MachineCreated,
     machine_batch.MachineFailed,
     machine_batch.MachineNotFound,
+    machine_batch.MachineCreateAccepted,
     machine_batch.BatchCompleted,
 )

@@ -42,6 +42,7 @@ VM_EVENTS = {
     "vm.MachineCreated": 1,
     "vm.MachineFailed": 1,
     "vm.MachineNotFound": 1,
+    "vm.MachineCreateAccepted": 1,
     "vm.BatchCompleted": 1,
 }
 

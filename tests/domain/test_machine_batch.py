@@ -21,12 +21,14 @@ from domain.machine_batch import (
     BatchEvent,
     BatchOpened,
     BatchState,
+    MachineCreateAccepted,
     MachineCreated,
     MachineError,
     MachineFailed,
     MachineNotFound,
     OpenBatch,
     RecordCallFailure,
+    RecordCreateAccepted,
     RecordDispatch,
     RecordMachineRead,
     RecordMachineResults,
@@ -38,6 +40,7 @@ from domain.machine_batch import (
     is_complete,
     machines_to_dispatch,
     needs_dispatch,
+    resume_token,
     status,
     unresolved_machines,
 )
@@ -124,11 +127,13 @@ class TestSurface:
             "MachineCreated",
             "MachineError",
             "MachineFailed",
+            "MachineCreateAccepted",
             "MachineNotFound",
             "MachineVariation",
             "OpenBatch",
             "ReadResult",
             "RecordCallFailure",
+            "RecordCreateAccepted",
             "RecordDispatch",
             "RecordMachineRead",
             "RecordMachineResults",
@@ -140,6 +145,7 @@ class TestSurface:
             "is_complete",
             "machines_to_dispatch",
             "needs_dispatch",
+            "resume_token",
             "status",
             "unresolved_machines",
         }
@@ -475,6 +481,48 @@ class TestCrashRecovery:
         batch(RecordMachineResults("b-1", created={"m1": "/vm/m1"}, at=at(2)))
         batch(RecordMachineRead("b-1", "m2", "not_found", at=at(3)))
         assert self.replay(batch.events) == batch.state
+
+
+class TestCreateAccepted:
+    def test_token_is_recorded_for_a_dispatched_machine(self) -> None:
+        """An accepted create's resume token is kept until the machine has an outcome."""
+        batch = dispatched()
+        [event] = batch(RecordCreateAccepted("b-1", "m2", "token-2", at=at(2)))
+        assert isinstance(event, MachineCreateAccepted) and event.request_id == "r2"
+        assert resume_token(batch.state, "m2") == "token-2"
+
+    def test_repeated_token_is_idempotent(self) -> None:
+        """The same note twice records one event."""
+        batch = dispatched()
+        batch(RecordCreateAccepted("b-1", "m2", "token-2", at=at(2)))
+        assert batch(RecordCreateAccepted("b-1", "m2", "token-2", at=at(3))) == []
+
+    def test_token_is_dropped_with_the_outcome(self) -> None:
+        """Once the machine is created (or missing) its token is no longer resumable."""
+        batch = dispatched()
+        batch(RecordCreateAccepted("b-1", "m1", "t1", at=at(2)))
+        batch(RecordCreateAccepted("b-1", "m2", "t2", at=at(2)))
+        batch(RecordMachineResults("b-1", created={"m1": "/vm/m1"}, at=at(3)))
+        batch(RecordMachineRead("b-1", "m2", "not_found", at=at(4)))
+        assert (resume_token(batch.state, "m1"), resume_token(batch.state, "m2")) == (None, None)
+
+    def test_late_note_after_the_outcome_changes_nothing(self) -> None:
+        """A token reported after the machine's outcome is ignored."""
+        batch = dispatched()
+        batch(RecordMachineResults("b-1", created={"m1": "/vm/m1"}, at=at(2)))
+        assert batch(RecordCreateAccepted("b-1", "m1", "t1", at=at(3))) == []
+
+    def test_note_before_the_dispatch_is_rejected(self) -> None:
+        """A token for a machine not yet dispatched means the dispatch was not recorded first."""
+        with pytest.raises(Rejected, match="record the dispatch"):
+            opened()(RecordCreateAccepted("b-1", "m1", "t1", at=at(1)))
+
+    def test_token_survives_a_replay(self) -> None:
+        """A restarted controller folds the token back, so it can resume polling."""
+        batch = dispatched()
+        batch(RecordCreateAccepted("b-1", "m3", "t3", at=at(2)))
+        state = TestCrashRecovery().replay(batch.events)
+        assert resume_token(state, "m3") == "t3"
 
 
 class TestMachineError:
