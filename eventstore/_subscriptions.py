@@ -80,7 +80,11 @@ class Subscription:
     def start(self) -> Subscription:
         """Run in a background thread: catch up, then follow live until :meth:`stop`."""
         if self._thread is not None and self._thread.is_alive():
-            return self
+            if self.failure is None and not self._stop.is_set():
+                return self  # already running
+            # A thread that failed or was told to stop may still be winding down: let it end,
+            # so this start really starts (and resumes at the failed event).
+            self._thread.join()
         self._stop.clear()
         self.failure = None
         self._thread = threading.Thread(

@@ -1,0 +1,80 @@
+"""Helpers shared by the event store tests: event factories, raw rows, throwaway databases."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from eventstore import EventStore, NewEvent
+
+
+def new_events(count: int, *, type: str = "Tested", start: int = 0) -> list[NewEvent]:
+    """``count`` events of ``type`` with data ``{"n": start}``, ``{"n": start + 1}``, …"""
+    return [NewEvent(type, {"n": start + n}) for n in range(count)]
+
+
+def events_with_ids(*ids: uuid.UUID) -> list[NewEvent]:
+    """One event per id, for idempotency tests that re-send the same ids."""
+    return [NewEvent("Tested", {"id": str(i)}, event_id=i) for i in ids]
+
+
+def fresh_ids(count: int) -> list[uuid.UUID]:
+    return [uuid.uuid4() for _ in range(count)]
+
+
+def raw_rows(store: EventStore) -> list[dict[str, Any]]:
+    """Every stored event row as the database holds it, bypassing the store (and upcasters)."""
+    query = sa.text(
+        "SELECT global_position, stream_id, stream_version, event_id, type, schema_version, "
+        "CAST(data AS TEXT) AS data, CAST(metadata AS TEXT) AS metadata "
+        "FROM events ORDER BY global_position"
+    )
+    with store.engine.connect() as conn:
+        rows = [dict(row._mapping) for row in conn.execute(query)]
+    for row in rows:
+        # SQLite keeps UUIDs as 32 hex digits; compare them as UUIDs on every backend.
+        row["event_id"] = uuid.UUID(str(row["event_id"]))
+    return rows
+
+
+def admin_engine(server_url: str) -> sa.Engine:
+    """An autocommit engine for CREATE/DROP DATABASE and pg_terminate_backend."""
+    return sa.create_engine(
+        make_url(server_url).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT"
+    )
+
+
+@contextlib.contextmanager
+def postgres_database(server_url: str, *, template: str | None = None) -> Iterator[str]:
+    """A throwaway database on ``server_url`` (a copy of ``template`` if given), then dropped."""
+    name = f"fleetledger_t_{uuid.uuid4().hex[:12]}"
+    admin = admin_engine(server_url)
+    clause = f' TEMPLATE "{template}"' if template else ""
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"{clause}')
+        try:
+            yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+FreshDatabase = Callable[[], AbstractContextManager[str]]
+"""Makes a context manager that yields the URL of a fresh database at the schema's head."""
+
+
+def fresh_database(request: pytest.FixtureRequest, backend: str) -> FreshDatabase:
+    """The fresh-database factory of ``backend`` (fixtures ``fresh_sqlite``/``fresh_postgres``
+    in conftest.py), for fixtures that outlive one test or need many databases."""
+    factory: FreshDatabase = request.getfixturevalue(f"fresh_{backend}")
+    return factory

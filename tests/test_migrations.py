@@ -1,0 +1,159 @@
+"""Schema migrations: up from empty, down to base, up again, concurrently, on both backends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from eventstore import SchemaOutOfDate, migrate, open_store
+from eventstore._schema import SCHEMA_REVISION
+from tests.eventstore.support import new_events, postgres_database
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLES = {"events", "streams", "checkpoints", "snapshots"}
+
+
+@pytest.fixture
+def empty_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of the current backend: no tables at all."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    server: str = request.getfixturevalue("eventstore_postgres_server")
+    with postgres_database(server) as url:
+        yield url
+
+
+def tables(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return set(sa.inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def functions(url: str) -> set[str]:
+    """fleetledger's Postgres functions present in the database."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT proname FROM pg_proc WHERE proname LIKE 'fleetledger%%'"
+            )
+            return {r[0] for r in rows}
+    finally:
+        engine.dispose()
+
+
+def guard_refuses_update(url: str) -> bool:
+    """Whether Postgres refuses an UPDATE on events (the append-only trigger is in place)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE events SET type = 'x'")
+        return False
+    except sa.exc.DBAPIError as e:
+        return "append-only" in str(e)
+    finally:
+        engine.dispose()
+
+
+class TestRevision:
+    def test_the_code_needs_the_head_revision(self) -> None:
+        """The revision open_store requires is the newest migration."""
+        assert migrate.head_revision() == SCHEMA_REVISION
+
+
+class TestUpgradeAndDowngrade:
+    def test_upgrade_from_empty(self, empty_url: str, backend: str) -> None:
+        """upgrade creates every table and records the head revision; the store opens."""
+        assert migrate.current_revision(empty_url) is None
+
+        migrate.upgrade(empty_url)
+
+        assert tables(empty_url) >= TABLES
+        assert migrate.current_revision(empty_url) == migrate.head_revision()
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(2))
+            assert store.verify().ok
+        if backend == "postgres":
+            assert guard_refuses_update(empty_url)
+
+    def test_upgrade_twice_is_a_no_op(self, empty_url: str) -> None:
+        """A second upgrade at head changes nothing and keeps the data."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(2))
+
+        migrate.upgrade(empty_url)
+
+        with open_store(empty_url) as store:
+            assert store.head() == 2
+
+    def test_downgrade_to_base_drops_everything(self, empty_url: str, backend: str) -> None:
+        """downgrade to base removes the tables (and on Postgres the functions)."""
+        migrate.upgrade(empty_url)
+
+        migrate.downgrade(empty_url, "base")
+
+        assert not TABLES & tables(empty_url)
+        assert migrate.current_revision(empty_url) is None
+        if backend == "postgres":
+            assert not functions(empty_url)
+
+    def test_upgrade_again_after_downgrade(self, empty_url: str, backend: str) -> None:
+        """After a downgrade to base, upgrade brings back a working, empty log."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(3))
+        migrate.downgrade(empty_url, "base")
+
+        migrate.upgrade(empty_url)
+
+        assert tables(empty_url) >= TABLES
+        with open_store(empty_url) as store:
+            assert store.head() == 0
+            store.append("vm-1", new_events(1), expected_version=0)
+            assert store.verify().ok
+        if backend == "postgres":
+            assert guard_refuses_update(empty_url)
+
+    def test_open_store_refuses_a_database_at_base(self, empty_url: str) -> None:
+        """A database downgraded to base is refused with SchemaOutOfDate naming the fix."""
+        migrate.upgrade(empty_url)
+        migrate.downgrade(empty_url, "base")
+
+        with pytest.raises(SchemaOutOfDate, match="fleetledger db upgrade"):
+            open_store(empty_url)
+
+
+class TestConcurrentUpgrades:
+    def test_two_upgrades_at_once_both_succeed(self, empty_url: str) -> None:
+        """Two processes upgrading the same empty database at once both exit cleanly and
+        leave it at head."""
+        script = f"from eventstore import migrate; migrate.upgrade({empty_url!r})"
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", script],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+
+        outputs = [p.communicate(timeout=120) for p in processes]
+
+        for process, (_, stderr) in zip(processes, outputs, strict=True):
+            assert process.returncode == 0, stderr
+        assert migrate.current_revision(empty_url) == migrate.head_revision()
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(1))
+            assert store.verify().ok
