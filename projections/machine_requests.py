@@ -98,14 +98,7 @@ class RequestView:
                 "status": self.status,
                 "provider_id": self.provider_id,
                 "at": _iso(self.completed_at),
-                "error": None
-                if error is None
-                else {
-                    "code": error.code,
-                    "message": error.message,
-                    "retryable": error.retryable,
-                    "retry_after_seconds": error.retry_after_seconds,
-                },
+                "error": None if error is None else dataclasses.asdict(error),
             }
         return {
             "request_id": self.request_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -66,14 +67,7 @@ class MachineOutcome:
             "status": self.status,
             "at": self.at.isoformat(),
             "provider_id": self.provider_id,
-            "error": None
-            if error is None
-            else {
-                "code": error.code,
-                "message": error.message,
-                "retryable": error.retryable,
-                "retry_after_seconds": error.retry_after_seconds,
-            },
+            "error": None if error is None else dataclasses.asdict(error),
         }
 
 
