@@ -321,3 +321,20 @@ class TestContextManager:
         with open_store(store_url) as second:
             assert second.head() == 1
             assert repr(second).startswith("EventStore(")
+
+
+class TestBodyFidelity:
+    def test_integers_beyond_64_bits_read_back_exactly(self, store: EventStore) -> None:
+        """Big integers and long digit strings survive the fast replay decoder unchanged."""
+        data = {"big": 2**70, "negative": -(2**65), "digits": "1" * 25, "max": 2**64 - 1}
+        store.append("big-1", [NewEvent("T", data, metadata={"n": 2**100})])
+        [event] = store.read_all()
+        assert (event.data, event.metadata) == (data, {"n": 2**100})
+        assert isinstance(event.data["big"], int)
+
+    def test_unicode_and_floats_read_back_exactly(self, store: EventStore) -> None:
+        """Non-ASCII text, escapes and floats come back as they were appended."""
+        data = {"text": 'é "quoted" \\ \n tab\t ✓', "floats": [0.1, 1e-7, 1.5e300, -0.0]}
+        store.append("txt-1", [NewEvent("T", data)])
+        [event] = store.read_all()
+        assert event.data == data
