@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import orjson
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -358,8 +359,6 @@ class SqlBackend:
         Postgres only; LISTEN needs its own connection because notifications are delivered
         between transactions of the listening session.
         """
-        import psycopg
-
         url = self._libpq_url()
         while not stop.is_set():
             try:
@@ -377,8 +376,6 @@ class SqlBackend:
 
     @contextmanager
     def _translated(self, doing: str) -> Iterator[None]:
-        import psycopg
-
         try:
             yield
         except EventStoreError:
@@ -389,9 +386,15 @@ class SqlBackend:
             psycopg.OperationalError,
             psycopg.InterfaceError,
         ) as e:
+            retry = (
+                "then retry with the same event ids (a retry of an append that did commit "
+                "returns its original result)"
+                if doing == "append to"
+                else "then retry"
+            )
             raise StoreUnavailable(
-                f"cannot {doing} {self.url_for_humans}: {_first_line(e)}; check that the database "
-                "is running and reachable, then retry (appends with the same event ids are safe)"
+                f"cannot {doing} {self.url_for_humans}: {_first_line(e)}; check that the "
+                f"database is running and reachable, {retry}"
             ) from e
         except (sa.exc.DBAPIError, psycopg.Error) as e:
             raise EventStoreError(
