@@ -14,7 +14,6 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from eventstore._types import (
     ANY,
@@ -64,9 +63,6 @@ class PreparedAppend:
     expected: int
     """A version >= 0 (0: the stream must not exist), EXPECT_ANY or EXPECT_EXISTS."""
     expected_label: ExpectedVersion
-
-    def describe_expected(self) -> str:
-        return repr(self.expected_label)
 
 
 # One encoder instance: ``json.dumps`` with options builds a new encoder on every call, which is
@@ -218,7 +214,3 @@ def prepare_many(
     if len(set(ids)) != len(ids):
         raise InvalidEvent("append_many repeats an event id")
     return tuple(sorted(prepared, key=lambda p: p.stream_id))
-
-
-def decode_json(text: str) -> Any:
-    return json.loads(text)
