@@ -53,17 +53,20 @@ WITH batch AS (
   INSERT INTO events (global_position, stream_id, stream_version, event_id, type, schema_version,
                       data, metadata, recorded_at, hash)
   SELECT p, s, v, i, t, sv, d, m, at, decode(h, 'hex') FROM batch
-), new_versions AS (
-  INSERT INTO streams (stream_id, version, category)
-  SELECT s, max(v), split_part(s, '-', 1) FROM batch GROUP BY s
-  ON CONFLICT (stream_id) DO UPDATE SET version = EXCLUDED.version
+), new_streams AS (
+  INSERT INTO streams (stream_id, category, first_position)
+  SELECT s, split_part(s, '-', 1), p FROM batch WHERE v = 1
+  ON CONFLICT (stream_id) DO NOTHING
 )
 SELECT pg_notify('{NOTIFY_CHANNEL}', (SELECT max(p) FROM batch)::text)
 """
 
 _VIEW = """
 SELECT head.global_position, head.hash,
-       (SELECT json_object_agg(stream_id, version) FROM streams WHERE stream_id = ANY(%s)),
+       (SELECT json_object_agg(sid, (SELECT stream_version FROM events
+                                      WHERE stream_id = sid
+                                      ORDER BY stream_version DESC LIMIT 1))
+          FROM unnest(%s::text[]) AS sid),
        (SELECT json_agg(json_build_array(event_id, stream_id, stream_version, global_position))
           FROM events WHERE event_id = ANY(%s))
   FROM (SELECT 1) AS one
@@ -155,7 +158,7 @@ class PostgresAppender:
         if position is not None:
             view.head_position, view.head_hash = int(position), bytes(digest)
         view.versions.update({s: 0 for s in stream_ids})
-        view.versions.update({s: int(v) for s, v in (versions or {}).items()})
+        view.versions.update({s: int(v) for s, v in (versions or {}).items() if v is not None})
         for event_id, stream_id, version, at in stored or ():
             view.stored[uuid.UUID(event_id)] = StoredEvent(stream_id, int(version), int(at))
         return view

@@ -55,8 +55,8 @@ streams = sa.Table(
     "streams",
     metadata,
     sa.Column("stream_id", sa.String(200), primary_key=True),
-    sa.Column("version", sa.BigInteger, nullable=False),
     sa.Column("category", sa.String(200), nullable=False),
+    sa.Column("first_position", sa.BigInteger, nullable=False),
 )
 
 checkpoints = sa.Table(

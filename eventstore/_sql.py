@@ -26,7 +26,7 @@ from eventstore._encoding import PreparedAppend
 from eventstore._engine import SQLITE_IMMEDIATE, is_sqlite, make_engine
 from eventstore._planner import AppendOutcome
 from eventstore._postgres_append import NOTIFY_CHANNEL, PostgresAppender
-from eventstore._schema import SCHEMA_REVISION, checkpoints, events, snapshots, streams
+from eventstore._schema import SCHEMA_REVISION, checkpoints, events, snapshots
 from eventstore._sqlite_append import append_in_transaction
 from eventstore._types import RecordedEvent, Snapshot
 from eventstore.errors import (
@@ -244,7 +244,9 @@ class SqlBackend:
             return int(conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar() or 0)
 
     def stream_version(self, stream_id: str) -> int:
-        query = sa.select(streams.c.version).where(streams.c.stream_id == stream_id)
+        query = sa.select(sa.func.max(events.c.stream_version)).where(
+            events.c.stream_id == stream_id
+        )
         with self._translated("read from"), self._engine.connect() as conn:
             return int(conn.execute(query).scalar() or 0)
 

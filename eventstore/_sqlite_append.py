@@ -42,8 +42,17 @@ def append_in_transaction(
                 for r in plan.rows
             ],
         )
-        for stream_id, version in plan.stream_versions.items():
-            _set_stream_version(conn, stream_id, version)
+        new_streams = [
+            {
+                "stream_id": r.stream_id,
+                "category": r.stream_id.split("-", 1)[0],
+                "first_position": r.global_position,
+            }
+            for r in plan.rows
+            if r.stream_version == 1
+        ]
+        if new_streams:
+            conn.execute(streams.insert(), new_streams)
     return list(plan.outcomes)
 
 
@@ -57,10 +66,13 @@ def _read_view(conn: sa.Connection, items: Sequence[tuple[PreparedAppend, ...]])
     if head is not None:
         view.head_position, view.head_hash = int(head[0]), bytes(head[1])
     stream_ids = sorted({a.stream_id for item in items for a in item})
-    for stream_id, version in conn.execute(
-        sa.select(streams.c.stream_id, streams.c.version).where(streams.c.stream_id.in_(stream_ids))
-    ):
-        view.versions[stream_id] = int(version)
+    for stream_id in stream_ids:
+        # max() over the (stream_id, stream_version) index prefix is a single index probe.
+        version = conn.execute(
+            sa.select(sa.func.max(events.c.stream_version)).where(events.c.stream_id == stream_id)
+        ).scalar()
+        if version is not None:
+            view.versions[stream_id] = int(version)
     ids: list[uuid.UUID] = [e.event_id for item in items for a in item for e in a.events]
     for event_id, stream_id, version, position in conn.execute(
         sa.select(
@@ -69,15 +81,3 @@ def _read_view(conn: sa.Connection, items: Sequence[tuple[PreparedAppend, ...]])
     ):
         view.stored[event_id] = StoredEvent(stream_id, int(version), int(position))
     return view
-
-
-def _set_stream_version(conn: sa.Connection, stream_id: str, version: int) -> None:
-    updated = conn.execute(
-        streams.update().where(streams.c.stream_id == stream_id).values(version=version)
-    )
-    if updated.rowcount == 0:
-        conn.execute(
-            streams.insert().values(
-                stream_id=stream_id, version=version, category=stream_id.split("-", 1)[0]
-            )
-        )

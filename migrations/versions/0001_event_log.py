@@ -51,11 +51,14 @@ def upgrade() -> None:
         sa.UniqueConstraint("stream_id", "stream_version", name="uq_events_stream_version"),
         sa.UniqueConstraint("event_id", name="uq_events_event_id"),
     )
+    # A registry of streams, written once when a stream's first event is appended. The current
+    # version is not kept here: it is the top of the (stream_id, stream_version) index, and
+    # updating a row on every append cost a fifth of single-append throughput.
     op.create_table(
         "streams",
         sa.Column("stream_id", sa.String(200), primary_key=True),
-        sa.Column("version", sa.BigInteger, nullable=False),
         sa.Column("category", sa.String(200), nullable=False),
+        sa.Column("first_position", sa.BigInteger, nullable=False),
     )
     op.create_index("ix_streams_category", "streams", ["category"])
     op.create_table(
