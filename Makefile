@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy eventstore domain projections adapters migrations
+	$(BIN)/mypy eventstore domain projections adapters migrations tests
 
 unit: $(STAMP)
 	$(BIN)/pytest

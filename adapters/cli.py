@@ -99,11 +99,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulate(commands)
     _add_serve(commands)
 
-    demo = commands.add_parser(
-        "demo", help="create the schema, append and replay a sample, verify the chain"
-    )
-    _add_url(demo)
-    demo.set_defaults(run=_demo)
     return parser
 
 
@@ -388,29 +383,6 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return 0
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from eventstore import NO_STREAM, NewEvent
-
-    url = resolve_url(args.url)
-    migrate.upgrade(url)
-    with open_store(url) as store:
-        stream = f"demo-{store.head() + 1}"
-        store.append(
-            stream,
-            [
-                NewEvent("MachineRequested", {"machine_name": "m-a", "vm_size": "Standard_D4s_v5"}),
-                NewEvent("MachineRequested", {"machine_name": "m-b", "vm_size": "Standard_D4s_v5"}),
-                NewEvent("BatchSealed", {"machines": ["m-a", "m-b"], "reason": "idle"}),
-            ],
-            expected_version=NO_STREAM,
-        )
-        for event in store.read_stream(stream):
-            print(_event_line(event))
-        report = store.verify()
-        print(f"log head {store.head()}; hash chain ok={report.ok} over {report.checked} events")
-    return 0 if report.ok else EXIT_TAMPERED
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
+from eventstore._chain import GENESIS_HASH
 from eventstore._encoding import PreparedAppend
 from eventstore._planner import AppendOutcome, GroupPlan, LogView, StoredEvent, plan_group
 from eventstore.errors import StoreUnavailable
@@ -103,12 +104,15 @@ class PostgresAppender:
             self._cursor = None
 
     def _commit(self, items: Sequence[tuple[PreparedAppend, ...]]) -> list[AppendOutcome]:
-        stream_ids = sorted({a.stream_id for item in items for a in item})
-        view = self._cached_view(stream_ids)
-        fresh = view is None
+        # A stream the cached view has not seen is planned at version 0: a new stream (the
+        # common case: every batch opens one) then costs no extra read, and if it did exist the
+        # insert collides on (stream_id, stream_version) and the view is refreshed like any
+        # other stale view.
+        view = self._view
+        fresh = False
         for _ in range(MAX_ATTEMPTS):
             if view is None:
-                view = self._read_view(stream_ids, items)
+                view = self._refresh_view(items)
                 fresh = True
             plan = plan_group(items, view, now=datetime.now(UTC))
             if plan.has_rejections and not fresh:
@@ -121,23 +125,14 @@ class PostgresAppender:
                     view = None
                     continue
             view.advance(plan)
-            self._remember(view)
+            if len(view.versions) > MAX_CACHED_STREAMS:
+                view.versions = {}
+            self._view = view
             return list(plan.outcomes)
         raise StoreUnavailable(
             f"gave up after {MAX_ATTEMPTS} attempts: other processes keep appending at the same "
             "positions. Run one writing controller per database (see the leader election docs)"
         )
-
-    def _cached_view(self, stream_ids: Sequence[str]) -> LogView | None:
-        view = self._view
-        if view is None or any(s not in view.versions for s in stream_ids):
-            return None
-        return view
-
-    def _remember(self, view: LogView) -> None:
-        if len(view.versions) > MAX_CACHED_STREAMS:
-            view.versions = {}
-        self._view = view
 
     def _cur(self) -> psycopg.Cursor[Any]:
         # One long-lived cursor: creating a cursor per statement is a visible share of an append.
@@ -146,21 +141,25 @@ class PostgresAppender:
             self._cursor = self._connection.cursor()
         return self._cursor
 
-    def _read_view(
-        self, stream_ids: Sequence[str], items: Sequence[tuple[PreparedAppend, ...]]
-    ) -> LogView:
+    def _refresh_view(self, items: Sequence[tuple[PreparedAppend, ...]]) -> LogView:
+        """Read the head, the group's stream versions and its stored ids into the cached view
+        (one query, one snapshot); other streams keep their cached versions."""
+        stream_ids = sorted({a.stream_id for item in items for a in item})
         ids = [e.event_id for item in items for a in item for e in a.events]
-        row = self._cur().execute(_VIEW, (list(stream_ids), ids), prepare=True).fetchone()
+        row = self._cur().execute(_VIEW, (stream_ids, ids), prepare=True).fetchone()
         assert row is not None
         position, digest, versions, stored = row
-        cached = self._view.versions if self._view is not None else {}
-        view = LogView(versions=dict(cached))
-        if position is not None:
-            view.head_position, view.head_hash = int(position), bytes(digest)
-        view.versions.update({s: 0 for s in stream_ids})
-        view.versions.update({s: int(v) for s, v in (versions or {}).items() if v is not None})
-        for event_id, stream_id, version, at in stored or ():
-            view.stored[uuid.UUID(event_id)] = StoredEvent(stream_id, int(version), int(at))
+        view = self._view if self._view is not None else LogView()
+        view.head_position, view.head_hash = (
+            (int(position), bytes(digest)) if position is not None else (0, GENESIS_HASH)
+        )
+        for stream_id in stream_ids:
+            found = (versions or {}).get(stream_id)
+            view.versions[stream_id] = 0 if found is None else int(found)
+        view.stored = {
+            uuid.UUID(event_id): StoredEvent(stream_id, int(version), int(at))
+            for event_id, stream_id, version, at in stored or ()
+        }
         return view
 
     def _insert(self, plan: GroupPlan) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,9 +26,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from eventstore import EventStore, migrate, open_store
+from eventstore.scratch import scratch_postgres_database
 
 __all__ = [
     "eventstore_postgres_server",
+    "eventstore_postgres_template",
     "postgres_store",
     "postgres_url",
     "sqlite_store",
@@ -61,12 +62,6 @@ def _reachable(url: str) -> str | None:
         return str(e).strip().splitlines()[0]
     finally:
         engine.dispose()
-
-
-def _admin(server_url: str) -> sa.Engine:
-    return sa.create_engine(
-        make_url(server_url).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT"
-    )
 
 
 @pytest.fixture(scope="session")
@@ -102,40 +97,26 @@ def eventstore_postgres_server() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def _eventstore_postgres_template(eventstore_postgres_server: str) -> Iterator[str]:
-    name = f"fleetledger_tmpl_{uuid.uuid4().hex[:12]}"
-    admin = _admin(eventstore_postgres_server)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = make_url(eventstore_postgres_server).set(database=name)
-    try:
-        migrate.upgrade(url.render_as_string(hide_password=False))
+def eventstore_postgres_template(eventstore_postgres_server: str) -> Iterator[str]:
+    """Name of a database migrated to head once per run, for cheap copies (``TEMPLATE``)."""
+    with scratch_postgres_database(
+        eventstore_postgres_server, prefix="fleetledger_tmpl"
+    ) as template_url:
+        migrate.upgrade(template_url)
+        name = make_url(template_url).database
+        assert name is not None
         yield name
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 @pytest.fixture
 def postgres_url(
-    eventstore_postgres_server: str, _eventstore_postgres_template: str
+    eventstore_postgres_server: str, eventstore_postgres_template: str
 ) -> Iterator[str]:
     """A fresh Postgres database at the schema's head, dropped after the test."""
-    name = f"fleetledger_test_{uuid.uuid4().hex[:12]}"
-    admin = _admin(eventstore_postgres_server)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{_eventstore_postgres_template}"')
-    try:
-        yield (
-            make_url(eventstore_postgres_server)
-            .set(database=name)
-            .render_as_string(hide_password=False)
-        )
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with scratch_postgres_database(
+        eventstore_postgres_server, template=eventstore_postgres_template, prefix="fleetledger_test"
+    ) as url:
+        yield url
 
 
 @pytest.fixture

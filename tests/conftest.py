@@ -5,10 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from eventstore import EventStore
 
 BACKENDS = ("sqlite", "postgres")
+
+
+@pytest.fixture(autouse=True)
+def restored_logging() -> Iterator[None]:
+    """Commands under test configure structlog onto the (captured) stderr; put it back."""
+    saved = structlog.get_config()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -52,7 +52,7 @@ def _violations(path: Path) -> list[str]:
             names = []
         for name in names:
             if name.split(".")[0] in FORBIDDEN_MODULES:
-                found.append(f"{path.name}:{node.lineno} imports {name}")
+                found.append(f"{path.name}:{getattr(node, 'lineno', '?')} imports {name}")
         if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
             found.append(f"{path.name}:{node.lineno} uses .{node.attr}")
         if (

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import sqlalchemy as sa
 import structlog
 from sqlalchemy.engine import make_url
 
 from eventstore import ANY, EventStore, NewEvent, migrate, open_store
 from eventstore._engine import normalise_url, resolve_url
+from eventstore.scratch import scratch_postgres_database
 
 __all__ = ["Measurement", "StoreBenchReport", "run_store_bench"]
 
@@ -101,16 +101,9 @@ def _scratch_database(url: str) -> Iterator[str]:
         with tempfile.TemporaryDirectory(prefix="fleetledger-bench-") as folder:
             yield f"sqlite:///{Path(folder) / 'bench.db'}"
         return
-    name = f"fleetledger_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(parsed, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield parsed.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    server = parsed.render_as_string(hide_password=False)
+    with scratch_postgres_database(server, prefix="fleetledger_bench") as scratch:
+        yield scratch
 
 
 def run_store_bench(url: str | None = None, *, events: int = 2000) -> StoreBenchReport:

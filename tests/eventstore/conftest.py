@@ -6,19 +6,19 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy.engine import make_url
 
 from eventstore import migrate
 from tests.eventstore.support import FreshDatabase, postgres_database
 
 
 @pytest.fixture(scope="session")
-def fresh_postgres(eventstore_postgres_server: str) -> Iterator[FreshDatabase]:
-    """Fresh migrated Postgres databases on demand, cloned from a template migrated once."""
-    with postgres_database(eventstore_postgres_server) as template_url:
-        migrate.upgrade(template_url)
-        template = make_url(template_url).database
-        yield lambda: postgres_database(eventstore_postgres_server, template=template)
+def fresh_postgres(
+    eventstore_postgres_server: str, eventstore_postgres_template: str
+) -> FreshDatabase:
+    """Fresh migrated Postgres databases on demand, cloned from the plugin's template."""
+    return lambda: postgres_database(
+        eventstore_postgres_server, template=eventstore_postgres_template
+    )
 
 
 @pytest.fixture(scope="session")

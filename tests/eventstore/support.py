@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.engine import make_url
 
+import eventstore.scratch
 from eventstore import EventStore, NewEvent
 
 
@@ -44,29 +43,9 @@ def raw_rows(store: EventStore) -> list[dict[str, Any]]:
     return rows
 
 
-def admin_engine(server_url: str) -> sa.Engine:
-    """An autocommit engine for CREATE/DROP DATABASE and pg_terminate_backend."""
-    return sa.create_engine(
-        make_url(server_url).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT"
-    )
-
-
-@contextlib.contextmanager
-def postgres_database(server_url: str, *, template: str | None = None) -> Iterator[str]:
-    """A throwaway database on ``server_url`` (a copy of ``template`` if given), then dropped."""
-    name = f"fleetledger_t_{uuid.uuid4().hex[:12]}"
-    admin = admin_engine(server_url)
-    clause = f' TEMPLATE "{template}"' if template else ""
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"{clause}')
-        try:
-            yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
-        finally:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
+# The tests use the same throwaway databases the plugin and the bench use.
+admin_engine = eventstore.scratch.admin_engine
+postgres_database = eventstore.scratch.scratch_postgres_database
 
 
 FreshDatabase = Callable[[], AbstractContextManager[str]]

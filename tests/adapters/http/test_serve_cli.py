@@ -5,9 +5,6 @@ from __future__ import annotations
 import pytest
 
 from adapters.cli import EXIT_USAGE, main
-from tests.adapters.machines.support import restored_logging
-
-pytestmark = pytest.mark.usefixtures(restored_logging.__name__)
 
 AZURE_VARIABLES = (
     "FLEETLEDGER_AZURE_SUBSCRIPTION_ID",

@@ -8,11 +8,8 @@ the one-method ``TaskRunner`` port.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-
-import pytest
-import structlog
 
 from adapters.clock import ManualClock
 from adapters.cloud import (
@@ -168,13 +165,3 @@ class HeldRunner:
 
     def submit(self, task: Callable[[], None]) -> None:
         self.held.append(task)
-
-
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    """The CLI configures structlog onto the (captured) stderr; put the configuration back."""
-    saved = structlog.get_config()
-    try:
-        yield
-    finally:
-        structlog.configure(**saved)

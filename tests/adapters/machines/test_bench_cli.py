@@ -8,10 +8,6 @@ import pytest
 
 from adapters.cli import main
 
-from .support import restored_logging
-
-pytestmark = pytest.mark.usefixtures(restored_logging.__name__)
-
 
 class TestBenchGrouper:
     def test_json_reports_throughput_and_calls_against_the_minimum(

@@ -135,7 +135,7 @@ class TestDispatch:
 
         dispatched = sqlite_store.read_all(types=["vm.BatchDispatched"])[0]
         assert dispatched.data["header"] is None
-        assert len(dispatched.data["calls"]) == 2  # type: ignore[arg-type]
+        assert len(dispatched.data["calls"]) == 2
 
 
 class TestResults:

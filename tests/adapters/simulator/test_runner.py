@@ -14,7 +14,6 @@ from adapters.simulator import (
     run_script,
     scenario_names,
 )
-from tests.adapters.machines.support import restored_logging
 
 from .support import small_script
 
@@ -95,7 +94,6 @@ class TestRunner:
             get_scenario("burst-vm")
 
 
-@pytest.mark.usefixtures(restored_logging.__name__)
 class TestCli:
     def test_simulate_prints_the_report(self, capsys: pytest.CaptureFixture[str]) -> None:
         """The README's main command: calls, ratio, latency percentiles and outcomes."""
