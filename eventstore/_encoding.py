@@ -14,6 +14,7 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 
 from eventstore._types import (
     ANY,
@@ -50,6 +51,8 @@ EXPECT_EXISTS = -2
 @dataclass(frozen=True, slots=True)
 class PreparedEvent:
     event_id: uuid.UUID
+    event_id_text: str
+    """``str(event_id)``, kept because the chain and the insert both need it."""
     type: str
     schema_version: int
     data_text: str
@@ -65,20 +68,51 @@ class PreparedAppend:
     expected_label: ExpectedVersion
 
 
-# One encoder instance: ``json.dumps`` with options builds a new encoder on every call, which is
-# a measurable share of a single append.
+def _refuse(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The standard library's C encoder, built once. ``json.dumps`` with options builds a JSONEncoder
+# and then a fresh C encoder on every call, which together cost as much as the encoding itself on
+# an append's small bodies. Built once, it runs without a circular-reference registry (shared
+# between threads it would report false cycles); a cyclic body then hits the recursion limit,
+# which canonical_json reports. Same output as json.dumps(sort_keys=True, separators=(",", ":"),
+# ensure_ascii=False, allow_nan=False).
+_encode_chunks = (
+    c_make_encoder(None, _refuse, encode_basestring, None, ":", ",", True, False, False)
+    if c_make_encoder is not None
+    else None
+)
 _encode_canonical = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 ).encode
-_control_character = re.compile(r"[\x00-\x1f\x7f]").search
 
 
 def canonical_json(value: object, *, what: str) -> str:
-    """Sorted-key compact JSON; NaN, infinities and non-JSON types are refused."""
+    """Sorted-key compact JSON; NaN, infinities, cycles and non-JSON types are refused."""
     try:
-        return _encode_canonical(value)
+        return _canonical(value)
+    except _NotJson as e:
+        raise InvalidEvent(f"{what} is not JSON-serialisable: {e}") from e.__cause__
+
+
+class _NotJson(Exception):
+    """Raised by _canonical with the reason; callers name the value (only on failure, as
+    formatting a name on every append would be a visible cost)."""
+
+
+def _canonical(value: object) -> str:
+    try:
+        if _encode_chunks is None:
+            return _encode_canonical(value)
+        return "".join(_encode_chunks(value, 0))
     except (TypeError, ValueError) as e:
-        raise InvalidEvent(f"{what} is not JSON-serialisable: {e}") from e
+        raise _NotJson(str(e)) from e
+    except RecursionError as e:
+        raise _NotJson("it is cyclic or nested too deeply") from e
+
+
+_control_character = re.compile(r"[\x00-\x1f\x7f]").search
 
 
 def _check_name(value: object, *, what: str) -> str:
@@ -122,6 +156,15 @@ def _expected_code(expected: object) -> int:
     )
 
 
+def _utf8_size(text: str, event_type: str) -> int:
+    if text.isascii():  # O(1) in CPython, and true of nearly every body
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as e:
+        raise InvalidEvent(f"{event_type!r} holds text that is not valid Unicode: {e}") from e
+
+
 def _event_id(value: object) -> uuid.UUID:
     if value is None:
         return uuid.uuid4()
@@ -142,23 +185,32 @@ def _prepare_event(event: object, *, max_event_bytes: int) -> PreparedEvent:
     version = event.schema_version
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise InvalidEvent(f"schema_version must be an int >= 1, got {version!r}")
-    if not isinstance(event.data, Mapping):
-        raise InvalidEvent(f"event data must be a JSON object (a mapping), got {type(event.data)}")
-    if not isinstance(event.metadata, Mapping):
+    data, metadata = event.data, event.metadata
+    # ``type(...) is dict`` first: the ABC check behind isinstance(..., Mapping) is slow.
+    if type(data) is not dict and not isinstance(data, Mapping):
+        raise InvalidEvent(f"event data must be a JSON object (a mapping), got {type(data)}")
+    if type(metadata) is not dict and not isinstance(metadata, Mapping):
         raise InvalidEvent("event metadata must be a JSON object (a mapping)")
-    data_text = canonical_json(event.data, what=f"data of {event_type!r}")
-    metadata_text = canonical_json(event.metadata, what=f"metadata of {event_type!r}")
     try:
-        size = len(data_text.encode("utf-8")) + len(metadata_text.encode("utf-8"))
-    except UnicodeEncodeError as e:
-        raise InvalidEvent(f"{event_type!r} holds text that is not valid Unicode: {e}") from e
+        data_text = _canonical(data)
+    except _NotJson as e:
+        raise InvalidEvent(f"data of {event_type!r} is not JSON-serialisable: {e}") from e.__cause__
+    try:
+        metadata_text = _canonical(metadata)
+    except _NotJson as e:
+        raise InvalidEvent(
+            f"metadata of {event_type!r} is not JSON-serialisable: {e}"
+        ) from e.__cause__
+    size = _utf8_size(data_text, event_type) + _utf8_size(metadata_text, event_type)
     if size > max_event_bytes:
         raise InvalidEvent(
             f"{event_type!r} is {size} bytes of data and metadata; the limit is {max_event_bytes}. "
             "Store large payloads elsewhere and append a reference"
         )
+    event_id = _event_id(event.event_id)
     return PreparedEvent(
-        event_id=_event_id(event.event_id),
+        event_id=event_id,
+        event_id_text=str(event_id),
         type=event_type,
         schema_version=version,
         data_text=data_text,
@@ -176,13 +228,14 @@ def prepare_append(
     """Validate one stream's append and encode its events; raises InvalidEvent."""
     stream = _check_name(stream_id, what="stream id")
     expected = _expected_code(expected_version)
-    if isinstance(events, (str, bytes, Mapping)) or not isinstance(events, Sequence):
+    if type(events) not in (list, tuple) and (
+        isinstance(events, (str, bytes, Mapping)) or not isinstance(events, Sequence)
+    ):
         raise InvalidEvent("events must be a list of NewEvent")
     if not events:
         raise InvalidEvent(f"append to {stream!r} has no events")
-    prepared = tuple(_prepare_event(e, max_event_bytes=max_event_bytes) for e in events)
-    ids = [e.event_id for e in prepared]
-    if len(set(ids)) != len(ids):
+    prepared = tuple([_prepare_event(e, max_event_bytes=max_event_bytes) for e in events])
+    if len(prepared) > 1 and len({e.event_id for e in prepared}) != len(prepared):
         raise InvalidEvent(f"append to {stream!r} repeats an event id")
     label: ExpectedVersion = (
         expected_version if isinstance(expected_version, _ExpectedVersionMarker) else expected

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from eventstore._chain import GENESIS_HASH, chain_hash, epoch_micros
-from eventstore._encoding import EXPECT_ANY, EXPECT_EXISTS, PreparedAppend
+from eventstore._encoding import EXPECT_ANY, EXPECT_EXISTS, PreparedAppend, PreparedEvent
 from eventstore._types import AppendResult
 from eventstore.errors import DuplicateEventId, EventStoreError, WrongExpectedVersion
 
@@ -60,14 +60,12 @@ class LogView:
 
 @dataclass(frozen=True, slots=True)
 class EventRow:
+    """One row to insert: a caller's event placed in the log."""
+
     global_position: int
     stream_id: str
     stream_version: int
-    event_id: uuid.UUID
-    type: str
-    schema_version: int
-    data_text: str
-    metadata_text: str
+    event: PreparedEvent
     recorded_at: datetime
     hash: bytes
 
@@ -107,7 +105,8 @@ def plan_group(
             continue
         results: list[AppendResult] = []
         for append in item:
-            version = version_of(append.stream_id)
+            stream_id = append.stream_id
+            version = version_of(stream_id)
             first = head_position + 1
             for event in append.events:
                 head_position += 1
@@ -115,33 +114,20 @@ def plan_group(
                 head_hash = chain_hash(
                     head_hash,
                     position=head_position,
-                    stream_id=append.stream_id,
+                    stream_id=stream_id,
                     stream_version=version,
-                    event_id=str(event.event_id),
+                    event_id=event.event_id_text,
                     type=event.type,
                     schema_version=event.schema_version,
                     recorded_at_us=recorded_us,
                     data_text=event.data_text,
                     metadata_text=event.metadata_text,
                 )
-                rows.append(
-                    EventRow(
-                        head_position,
-                        append.stream_id,
-                        version,
-                        event.event_id,
-                        event.type,
-                        event.schema_version,
-                        event.data_text,
-                        event.metadata_text,
-                        now,
-                        head_hash,
-                    )
-                )
+                rows.append(EventRow(head_position, stream_id, version, event, now, head_hash))
                 # Later callers of the same group see this id as stored (a retry racing its
                 # original in one group is then judged like any other retry).
-                stored[event.event_id] = StoredEvent(append.stream_id, version, head_position)
-            written[append.stream_id] = version
+                stored[event.event_id] = StoredEvent(stream_id, version, head_position)
+            written[stream_id] = version
             results.append(AppendResult(first, head_position, version))
         outcomes.append(results)
     return GroupPlan(tuple(rows), tuple(outcomes), written)

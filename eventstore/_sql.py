@@ -172,8 +172,14 @@ class SqlBackend:
     def commit(self, items: Sequence[tuple[PreparedAppend, ...]]) -> list[AppendOutcome]:
         """Commit every item of a group in one transaction; one outcome per item."""
         if self._appender is not None:
-            with self._translated("append to"):
+            # The hot path: a plain try costs less than entering _translated's context manager.
+            try:
                 return self._appender.commit(items)
+            except Exception as e:
+                translated = self._translation(e, "append to")
+                if translated is None:
+                    raise
+                raise translated from e
         with (
             self._translated("append to"),
             self._engine.connect().execution_options(**SQLITE_IMMEDIATE) as conn,
@@ -380,28 +386,38 @@ class SqlBackend:
     def _translated(self, doing: str) -> Iterator[None]:
         try:
             yield
-        except EventStoreError:
-            raise
-        except (
-            sa.exc.OperationalError,
-            sa.exc.InterfaceError,
-            psycopg.OperationalError,
-            psycopg.InterfaceError,
-        ) as e:
+        except Exception as e:
+            translated = self._translation(e, doing)
+            if translated is None:
+                raise
+            raise translated from e
+
+    def _translation(self, error: Exception, doing: str) -> EventStoreError | None:
+        """The store's error for a driver error while ``doing``; None to let ``error`` through."""
+        if isinstance(error, EventStoreError):
+            return None
+        if isinstance(
+            error,
+            (
+                sa.exc.OperationalError,
+                sa.exc.InterfaceError,
+                psycopg.OperationalError,
+                psycopg.InterfaceError,
+            ),
+        ):
             retry = (
                 "then retry with the same event ids (a retry of an append that did commit "
                 "returns its original result)"
                 if doing == "append to"
                 else "then retry"
             )
-            raise StoreUnavailable(
-                f"cannot {doing} {self.url_for_humans}: {_first_line(e)}; check that the "
+            return StoreUnavailable(
+                f"cannot {doing} {self.url_for_humans}: {_first_line(error)}; check that the "
                 f"database is running and reachable, {retry}"
-            ) from e
-        except (sa.exc.DBAPIError, psycopg.Error) as e:
-            raise EventStoreError(
-                f"database error on {self.url_for_humans}: {_first_line(e)}"
-            ) from e
+            )
+        if isinstance(error, (sa.exc.DBAPIError, psycopg.Error)):
+            return EventStoreError(f"database error on {self.url_for_humans}: {_first_line(error)}")
+        return None
 
 
 def _now() -> datetime:

@@ -101,7 +101,7 @@ class EventStore:
         return [results[a.stream_id] for a in appends]
 
     def _commit(self, item: tuple[PreparedAppend, ...]) -> list[AppendResult]:
-        weight = sum(len(a.events) for a in item)
+        weight = sum([len(a.events) for a in item])
         outcome = self._committer.submit(item, weight=weight)
         if isinstance(outcome, EventStoreError):
             raise outcome
