@@ -14,7 +14,7 @@ catch a stale one (see ``_postgres.py``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -76,10 +76,8 @@ class GroupPlan:
     outcomes: tuple[AppendOutcome, ...]
     stream_versions: Mapping[str, int]
     """Final versions of the streams this plan writes to."""
-
-    @property
-    def has_rejections(self) -> bool:
-        return any(isinstance(o, EventStoreError) for o in self.outcomes)
+    has_rejections: bool
+    """Whether some caller's outcome is an error."""
 
 
 def plan_group(
@@ -93,20 +91,17 @@ def plan_group(
     recorded_us = epoch_micros(now)
     rows: list[EventRow] = []
     outcomes: list[AppendOutcome] = []
-
-    def version_of(stream_id: str) -> int:
-        found = written.get(stream_id)
-        return view.versions.get(stream_id, 0) if found is None else found
-
+    rejections = False
     for item in items:
-        outcome = _judge(item, version_of, stored)
+        outcome = _judge(item, written, view.versions, stored)
         if outcome is not None:
             outcomes.append(outcome)
+            rejections = rejections or isinstance(outcome, EventStoreError)
             continue
         results: list[AppendResult] = []
         for append in item:
             stream_id = append.stream_id
-            version = version_of(stream_id)
+            version = _current_version(stream_id, written, view.versions)
             first = head_position + 1
             for event in append.events:
                 head_position += 1
@@ -130,12 +125,21 @@ def plan_group(
             written[stream_id] = version
             results.append(AppendResult(first, head_position, version))
         outcomes.append(results)
-    return GroupPlan(tuple(rows), tuple(outcomes), written)
+    return GroupPlan(tuple(rows), tuple(outcomes), written, rejections)
+
+
+def _current_version(
+    stream_id: str, written: Mapping[str, int], stored_versions: Mapping[str, int]
+) -> int:
+    """What this group wrote to the stream, else what the view says is stored."""
+    found = written.get(stream_id)
+    return stored_versions.get(stream_id, 0) if found is None else found
 
 
 def _judge(
     item: tuple[PreparedAppend, ...],
-    version_of: Callable[[str], int],
+    written: Mapping[str, int],
+    stored_versions: Mapping[str, int],
     stored: Mapping[uuid.UUID, StoredEvent],
 ) -> AppendOutcome | None:
     """None when the item may be written; its original result if it is a faithful replay;
@@ -145,7 +149,7 @@ def _judge(
         if replay is not None:
             return replay
     for append in item:
-        actual = version_of(append.stream_id)
+        actual = _current_version(append.stream_id, written, stored_versions)
         expected = append.expected
         if (expected >= 0 and actual != expected) or (expected == EXPECT_EXISTS and actual == 0):
             return WrongExpectedVersion(append.stream_id, append.expected_label, actual)
