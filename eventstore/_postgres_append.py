@@ -12,8 +12,9 @@ A stale view (another process appended meanwhile) shows up as a unique violation
 stream version or event id; the appender then reads a fresh view — head, the group's stream
 versions and whichever of its event ids are stored — in one query and plans again. A rejection
 planned from the cache is never trusted: it is re-checked against a fresh view first. In steady
-state (one controller process writing) an append is one round trip: one INSERT … RETURNING-free
-statement that also registers new streams and sends the NOTIFY wake-up, committed at once.
+state (one controller process writing) an append is one round trip: one INSERT statement (which
+also registers a stream it opens), committed at once; ``on_commit`` then arranges the wake-up
+for other processes.
 
 That statement is prepared once per connection and executed through psycopg's libpq binding
 (``pgconn.exec_prepared``) rather than a cursor: the group arrives as one pre-encoded text
@@ -29,7 +30,7 @@ import json
 import struct
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,26 +56,24 @@ NOTIFY_CHANNEL = "fleetledger_events"
 MAX_ATTEMPTS = 50
 MAX_CACHED_STREAMS = 100_000
 
-# Three prepared statements, each one round trip that inserts the group's rows and sends the
-# NOTIFY wake-up (listeners ignore its payload, so it is constant: the server then queues one
-# notification per transaction however many rows call it):
+# Three prepared statements, each one round trip that inserts the group's rows:
 #
-# - a lone row of an existing stream — every append of a lone writer — goes as text parameters
-#   straight into the columns with a plain INSERT … RETURNING, the cheapest form the server runs
-#   (a data-modifying CTE costs about a tenth more per commit, measured with pgbench);
+# - a lone row of an existing stream — every append of a lone writer — goes as parameters
+#   straight into the columns with a plain INSERT, the cheapest form the server runs (a
+#   data-modifying CTE costs about a tenth more per commit, measured with pgbench);
 # - several rows travel as ONE text parameter, a JSON array with one object per row assembled from
 #   the canonical texts the planner already holds, so a group of any size is one statement;
 # - a group that opens a stream also registers it in ``streams``, in a CTE beside the insert.
 #
 # ``json`` columns keep their input text verbatim, and ``json_to_recordset`` hands a ``json`` field
 # back as its exact source text: the stored bodies are the texts the hash chain covers (verify()
-# would notice otherwise).
+# would notice otherwise). The NOTIFY wake-up for other processes is not part of the commit: it
+# follows it (see ``_wakeups.py``).
 _COLUMNS = """global_position, stream_id, stream_version, event_id, type, schema_version, data,
                     metadata, recorded_at, hash"""
 _ROWS_FROM_JSON = """json_to_recordset($1::text::json)
     AS r(p bigint, s text, v bigint, i uuid, t text, sv int, d json, m json, at timestamptz,
          h text)"""
-_WAKE_UP = f"pg_notify('{NOTIFY_CHANNEL}', '')"
 
 # Type OIDs and wire formats of the binary parameters (fixed by the Postgres protocol).
 _INT4, _INT8, _TEXT, _UUID, _JSON, _TIMESTAMPTZ, _BYTEA = 23, 20, 25, 2950, 114, 1184, 17
@@ -88,7 +87,6 @@ _INSERT_ONE_NAME = b"fleetledger_append_one"
 _INSERT_ONE = f"""
 INSERT INTO events ({_COLUMNS})
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-RETURNING {_WAKE_UP}
 """
 # Numbers, the id, the timestamp and the hash go in binary: the server then parses none of them,
 # which is worth about a twentieth of a lone append's round trip. Texts and bodies stay text.
@@ -99,7 +97,6 @@ _INSERT_GROUP_NAME = b"fleetledger_append_group"
 _INSERT_GROUP = f"""
 INSERT INTO events ({_COLUMNS})
 SELECT p, s, v, i, t, sv, d, m, at, decode(h, 'hex') FROM {_ROWS_FROM_JSON}
-RETURNING {_WAKE_UP}
 """
 
 _INSERT_OPENING_NAME = b"fleetledger_append_opening"
@@ -114,7 +111,7 @@ WITH batch AS (
   SELECT s, split_part(s, '-', 1), p FROM batch WHERE v = 1
   ON CONFLICT (stream_id) DO NOTHING
 )
-SELECT {_WAKE_UP}
+SELECT 1
 """
 
 _VIEW = """
@@ -134,8 +131,9 @@ SELECT head.global_position, head.hash,
 class PostgresAppender:
     """Commits groups of appends on its own autocommit connection; one instance per store."""
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, *, on_commit: Callable[[], None]) -> None:
         self._conninfo = conninfo
+        self._on_commit = on_commit
         self._connection: psycopg.Connection[Any] | None = None
         self._view: LogView | None = None
         self._lock = threading.Lock()
@@ -178,6 +176,8 @@ class PostgresAppender:
                     view = None
                     continue
             view.advance(plan)
+            if plan.rows:
+                self._on_commit()
             if len(view.versions) > MAX_CACHED_STREAMS:
                 view.versions = {}
             self._view = view

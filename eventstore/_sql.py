@@ -1,9 +1,10 @@
 """The SQL backend: one class for Postgres and SQLite, with Postgres fast paths.
 
 Everything that is not on a hot path goes through SQLAlchemy Core and is shared by both dialects.
-On Postgres the append is a single call of the ``fleetledger_append`` function on a dedicated
-autocommit connection (one round trip per group commit), and ``read_all`` uses the driver's cursor
-directly: both are measured against raw psycopg by ``fleetledger bench store``.
+On Postgres an append (a whole group commit) is one prepared INSERT on a dedicated autocommit
+connection (``_postgres_append.py``), wake-ups for other processes follow it (``_wakeups.py``),
+and ``read_all`` uses the driver's cursor directly: both paths are measured against raw psycopg
+by ``fleetledger bench store``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from eventstore._postgres_append import NOTIFY_CHANNEL, PostgresAppender
 from eventstore._schema import SCHEMA_REVISION, checkpoints, events, snapshots
 from eventstore._sqlite_append import append_in_transaction
 from eventstore._types import RecordedEvent, Snapshot
+from eventstore._wakeups import Notifier
 from eventstore.errors import (
     EventStoreError,
     SchemaOutOfDate,
@@ -138,7 +140,12 @@ class SqlBackend:
             raise EventStoreError(f"cannot use database URL: {e}") from e
         self.is_sqlite = is_sqlite(self._engine)
         self.url_for_humans = self._engine.url.render_as_string(hide_password=True)
-        self._appender = None if self.is_sqlite else PostgresAppender(self._libpq_url())
+        self._wake_ups = None if self.is_sqlite else Notifier(self._libpq_url(), NOTIFY_CHANNEL)
+        self._appender = (
+            None
+            if self._wake_ups is None
+            else PostgresAppender(self._libpq_url(), on_commit=self._wake_ups.poke)
+        )
 
     @property
     def engine(self) -> sa.Engine:
@@ -162,6 +169,8 @@ class SqlBackend:
     def close(self) -> None:
         if self._appender is not None:
             self._appender.close()
+        if self._wake_ups is not None:
+            self._wake_ups.close()
         self._engine.dispose()
 
     def _libpq_url(self) -> str:

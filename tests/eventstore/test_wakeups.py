@@ -1,0 +1,120 @@
+"""Wake-ups across processes on Postgres: one NOTIFY per window of commits, sent after them."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from structlog.testing import capture_logs
+
+from eventstore import EventStore, RecordedEvent, open_store
+from eventstore._postgres_append import NOTIFY_CHANNEL
+from eventstore._wakeups import Notifier
+from tests.eventstore.support import new_events
+
+WAIT = 10.0
+END = "end-of-test"
+
+
+def libpq(url: str) -> str:
+    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def listener(postgres_url: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(libpq(postgres_url), autocommit=True) as conn:
+        conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        yield conn
+
+
+def notifications_before_end(listener: psycopg.Connection[Any], postgres_url: str) -> int:
+    """How many wake-ups arrived before a marker NOTIFY sent now.
+
+    Notifications are delivered in commit order, so everything committed before the marker is
+    counted without waiting for time to pass.
+    """
+    with psycopg.connect(libpq(postgres_url), autocommit=True) as other:
+        other.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, END))
+    for count, notify in enumerate(listener.notifies(timeout=WAIT)):
+        if notify.payload == END:
+            return count
+    raise AssertionError(f"the marker notification did not arrive within {WAIT} s")
+
+
+class TestNotifier:
+    def test_pokes_within_one_window_share_one_notification(
+        self, postgres_url: str, listener: psycopg.Connection[Any]
+    ) -> None:
+        notifier = Notifier(libpq(postgres_url), NOTIFY_CHANNEL, window=3600)
+        for _ in range(50):
+            notifier.poke()
+        notifier.close()  # cuts the hour-long window short and sends what is pending
+
+        assert notifications_before_end(listener, postgres_url) == 1
+
+    def test_nothing_is_sent_without_a_poke(
+        self, postgres_url: str, listener: psycopg.Connection[Any]
+    ) -> None:
+        notifier = Notifier(libpq(postgres_url), NOTIFY_CHANNEL)
+        notifier.close()
+
+        assert notifications_before_end(listener, postgres_url) == 0
+
+    def test_a_poke_after_close_starts_the_notifier_again(
+        self, postgres_url: str, listener: psycopg.Connection[Any]
+    ) -> None:
+        """The store closes the notifier only when it closes, but a reused backend keeps working."""
+        notifier = Notifier(libpq(postgres_url), NOTIFY_CHANNEL, window=3600)
+        notifier.poke()
+        notifier.close()
+        notifier.poke()
+        notifier.close()
+
+        assert notifications_before_end(listener, postgres_url) == 2
+
+    def test_an_unreachable_server_is_logged_and_never_raised(self) -> None:
+        notifier = Notifier(
+            "postgresql://postgres@127.0.0.1:1/none?connect_timeout=2", NOTIFY_CHANNEL
+        )
+        with capture_logs() as logs:
+            notifier.poke()
+            notifier.close()
+
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+            "wake-up notification failed; listeners in other processes will notice new events "
+            "by polling until it works again"
+        ]
+
+
+class TestAcrossStores:
+    def test_an_append_wakes_a_subscriber_of_another_store_before_its_poll(
+        self, postgres_url: str
+    ) -> None:
+        """Store B polls once a minute; B must learn of A's append from the wake-up."""
+        seen: list[int] = []
+
+        def handler(event: RecordedEvent, conn: sa.Connection) -> None:
+            seen.append(event.global_position)
+
+        with (
+            contextlib.closing(open_store(postgres_url)) as writer,
+            contextlib.closing(open_store(postgres_url)) as reader,
+        ):
+            subscription = reader.subscribe("follow", handler, poll_interval=60.0)
+            assert subscription.wait_for(0, timeout=WAIT)  # caught up and sleeping
+            result = writer.append("vm-1", new_events(1))
+
+            assert subscription.wait_for(result.last_position, timeout=WAIT)
+        assert seen == [result.last_position]
+
+    def test_a_store_notifies_once_it_has_appended(
+        self, postgres_store: EventStore, postgres_url: str, listener: psycopg.Connection[Any]
+    ) -> None:
+        postgres_store.append("vm-1", new_events(3))
+        postgres_store.close()  # flushes the pending wake-up
+
+        assert notifications_before_end(listener, postgres_url) == 1
