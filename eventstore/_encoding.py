@@ -156,6 +156,14 @@ def _expected_code(expected: object) -> int:
     )
 
 
+def _body_text(value: object, part: str, event_type: str) -> str:
+    try:
+        return _canonical(value)
+    except _NotJson as e:
+        problem = f"{part} of {event_type!r} is not JSON-serialisable: {e}"
+        raise InvalidEvent(problem) from e.__cause__
+
+
 def _utf8_size(text: str, event_type: str) -> int:
     if text.isascii():  # O(1) in CPython, and true of nearly every body
         return len(text)
@@ -191,16 +199,8 @@ def _prepare_event(event: object, *, max_event_bytes: int) -> PreparedEvent:
         raise InvalidEvent(f"event data must be a JSON object (a mapping), got {type(data)}")
     if type(metadata) is not dict and not isinstance(metadata, Mapping):
         raise InvalidEvent("event metadata must be a JSON object (a mapping)")
-    try:
-        data_text = _canonical(data)
-    except _NotJson as e:
-        raise InvalidEvent(f"data of {event_type!r} is not JSON-serialisable: {e}") from e.__cause__
-    try:
-        metadata_text = _canonical(metadata)
-    except _NotJson as e:
-        raise InvalidEvent(
-            f"metadata of {event_type!r} is not JSON-serialisable: {e}"
-        ) from e.__cause__
+    data_text = _body_text(data, "data", event_type)
+    metadata_text = _body_text(metadata, "metadata", event_type)
     size = _utf8_size(data_text, event_type) + _utf8_size(metadata_text, event_type)
     if size > max_event_bytes:
         raise InvalidEvent(

@@ -60,15 +60,10 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
 
     def submit(self, request: RequestT, *, weight: int = 1) -> OutcomeT:
         with self._lock:
-            if self._leader_active:
-                gate = _closed_gate()
-                waiter: _Waiter[RequestT, OutcomeT] = _Waiter(request, weight, gate)
-                self._queue.append(waiter)
-            else:
-                gate = None
-                waiter = _Waiter(request, weight, None)
-                self._queue.append(waiter)
-                self._leader_active = True
+            gate = _closed_gate() if self._leader_active else None
+            waiter: _Waiter[RequestT, OutcomeT] = _Waiter(request, weight, gate)
+            self._queue.append(waiter)
+            self._leader_active = True
         if gate is not None:
             gate.acquire()  # opened by the leader that committed us, or that promoted us
             if not waiter.promoted:

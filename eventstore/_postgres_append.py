@@ -16,11 +16,11 @@ state (one controller process writing) an append is one round trip: one INSERT s
 also registers a stream it opens), committed at once; ``on_commit`` then arranges the wake-up
 for other processes.
 
-That statement is prepared once per connection and executed through psycopg's libpq binding
-(``pgconn.exec_prepared``) rather than a cursor: the group arrives as one pre-encoded text
-parameter and returns nothing, so the cursor's adaptation and result machinery would be pure
-overhead — about a third of the client's time per append, which ``bench store`` shows. libpq
-releases the GIL while it waits, so other writers keep queueing meanwhile.
+The statements are prepared once per connection and executed through psycopg's libpq binding
+(``pgconn.exec_prepared``) rather than a cursor: their parameters are encoded here already and
+they return nothing, so the cursor's adaptation and result machinery would be pure overhead —
+about a third of the client's time per append, which ``bench store`` shows. libpq releases the
+GIL while it waits, so other writers keep queueing meanwhile.
 """
 
 from __future__ import annotations
@@ -276,7 +276,11 @@ def _check(pgconn: pq.abc.PGconn, result: pq.abc.PGresult) -> None:
     sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
     if sqlstate is None or pgconn.status != pq.ConnStatus.OK:
         raise psycopg.OperationalError(message or "the connection to the server was lost")
-    raise pg_errors.lookup(sqlstate.decode("ascii"))(message)
+    try:
+        error_class = pg_errors.lookup(sqlstate.decode("ascii"))
+    except KeyError:  # a code newer than this psycopg
+        error_class = psycopg.DatabaseError
+    raise error_class(message)
 
 
 @functools.lru_cache(maxsize=8192)
