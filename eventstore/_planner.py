@@ -8,7 +8,7 @@ what an earlier one in the same group wrote.
 
 The backends differ only in how they obtain a view they can trust: SQLite reads it inside its
 write transaction; Postgres plans optimistically on a cached view and lets unique constraints
-catch a stale one (see ``_postgres.py``).
+catch a stale one (see ``_postgres_append.py``).
 """
 
 from __future__ import annotations
