@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Generic, Literal, TypeAlias, TypeVar, cast
+from typing import Generic, Literal, TypeAlias, TypeVar, cast, get_args
 
 from domain.errors import InvalidCommand, Rejected
 from domain.template import MachineTemplate, template_hash
@@ -59,7 +59,7 @@ __all__ = [
 ]
 
 SealReason = Literal["full", "idle", "max", "skip", "shutdown"]
-SEAL_REASONS: tuple[SealReason, ...] = ("full", "idle", "max", "skip", "shutdown")
+SEAL_REASONS: tuple[SealReason, ...] = get_args(SealReason)
 
 RequestStatus = Literal["pending", "sealed", "created", "failed"]
 _Outcome = Literal["created", "failed"]

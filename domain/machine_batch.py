@@ -38,7 +38,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Literal, Protocol, TypeAlias
+from typing import Literal, Protocol, TypeAlias, get_args
 
 from domain.errors import InvalidCommand, Rejected
 from domain.grouper import BatchMachine, BatchSealed, SealReason
@@ -89,14 +89,7 @@ ErrorCode = Literal[
     "unknown",
     "not_created",
 ]
-ERROR_CODES: tuple[ErrorCode, ...] = (
-    "quota_exceeded",
-    "capacity_unavailable",
-    "sku_unavailable",
-    "throttled",
-    "unknown",
-    "not_created",
-)
+ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 BatchStatus = Literal["new", "sealed", "dispatched", "completed"]
 ReadResult = Literal["created", "failed", "not_found"]
 DEFAULT_MAX_ATTEMPTS = 3
