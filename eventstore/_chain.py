@@ -8,10 +8,17 @@ contract tests check that ``verify`` (which uses this module) accepts what both 
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime, timedelta
+from hashlib import sha256 as _sha256
+from time import time_ns as _time_ns
 
-__all__ = ["GENESIS_HASH", "chain_hash", "epoch_micros"]
+__all__ = [
+    "GENESIS_HASH",
+    "chain_hash",
+    "epoch_micros",
+    "from_epoch_micros",
+    "now_micros",
+]
 
 GENESIS_HASH = bytes(32)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -21,6 +28,16 @@ _MICROSECOND = timedelta(microseconds=1)
 def epoch_micros(moment: datetime) -> int:
     """Exact integer microseconds since the epoch (float timestamps would round)."""
     return (moment - _EPOCH) // _MICROSECOND
+
+
+def from_epoch_micros(micros: int) -> datetime:
+    """The UTC moment ``micros`` microseconds after the epoch; inverse of epoch_micros."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def now_micros() -> int:
+    """The current time in whole microseconds since the epoch, the precision the log stores."""
+    return _time_ns() // 1000
 
 
 def chain_hash(
@@ -36,17 +53,8 @@ def chain_hash(
     data_text: str,
     metadata_text: str,
 ) -> bytes:
-    body = "\n".join(
-        (
-            str(position),
-            stream_id,
-            str(stream_version),
-            event_id,
-            type,
-            str(schema_version),
-            str(recorded_at_us),
-            data_text,
-            metadata_text,
-        )
+    body = (
+        f"{position}\n{stream_id}\n{stream_version}\n{event_id}\n{type}\n{schema_version}\n"
+        f"{recorded_at_us}\n{data_text}\n{metadata_text}"
     )
-    return hashlib.sha256(previous + body.encode("utf-8")).digest()
+    return _sha256(previous + body.encode()).digest()

@@ -1,10 +1,11 @@
 """Group commit: concurrent appends from threads of one process share one transaction.
 
-Leader/follower: the first caller to arrive while no commit is running becomes the leader and
-commits everything queued so far (its own request first) in one transaction; callers arriving
-meanwhile queue up. When the leader's commit returns, it hands leadership to the oldest queued
-caller, if any, and returns its own result immediately. A lone writer therefore pays no thread
-hop, and under contention one commit (and one fsync) serves many callers.
+Leader/follower: a caller arriving while no commit is running becomes the leader and commits its
+own request at once; callers arriving meanwhile queue up. When the leader's commit returns, it
+hands leadership to the oldest queued caller, if any, and returns its own result immediately; the
+new leader commits everything queued so far (its own request first) in one transaction. A lone
+writer therefore pays no thread hop and no queueing, and under contention one commit (and one
+fsync) serves many callers.
 
 Each queued request keeps its own outcome: the backend checks every request separately inside the
 shared transaction, so one caller's version conflict never fails another's append.
@@ -24,13 +25,14 @@ OutcomeT = TypeVar("OutcomeT")
 
 
 class _Waiter(Generic[RequestT, OutcomeT]):
+    """A caller that queued behind an active leader."""
+
     __slots__ = ("error", "gate", "outcome", "promoted", "request", "weight")
 
-    def __init__(self, request: RequestT, weight: int, gate: LockType | None) -> None:
+    def __init__(self, request: RequestT, weight: int, gate: LockType) -> None:
         self.request = request
         self.weight = weight
-        # Held until the waiter's outcome is known or it is promoted to leader; None for a
-        # caller that leads from the start and so never waits.
+        # Held until the waiter's outcome is known or it is promoted to leader.
         self.gate = gate
         self.promoted = False
         self.outcome: OutcomeT | None = None
@@ -59,19 +61,31 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
         self._leader_active = False
 
     def submit(self, request: RequestT, *, weight: int = 1) -> OutcomeT:
+        waiter: _Waiter[RequestT, OutcomeT] | None
         with self._lock:
-            gate = _closed_gate() if self._leader_active else None
-            waiter: _Waiter[RequestT, OutcomeT] = _Waiter(request, weight, gate)
-            self._queue.append(waiter)
-            self._leader_active = True
-        if gate is not None:
-            gate.acquire()  # opened by the leader that committed us, or that promoted us
-            if not waiter.promoted:
-                return self._result(waiter)
-        self._lead()
+            if not self._leader_active:
+                self._leader_active = True
+                waiter = None
+            else:
+                waiter = _Waiter(request, weight, _closed_gate())
+                self._queue.append(waiter)
+        if waiter is None:
+            # Nobody was committing, so nobody is queued: this caller commits its own request
+            # alone, at once. A lone writer takes this path on every call.
+            try:
+                outcomes = self._commit_batch((request,))
+                if len(outcomes) != 1:
+                    raise RuntimeError("commit_batch returned the wrong number of outcomes")
+                return outcomes[0]
+            finally:
+                self._hand_over()
+        waiter.gate.acquire()  # opened by the leader that committed us, or that promoted us
+        if waiter.promoted:
+            self._lead()
         return self._result(waiter)
 
     def _lead(self) -> None:
+        """Commit the queue's head (the promoted caller) and whoever queued behind it."""
         with self._lock:
             batch = self._take_batch()
         try:
@@ -84,22 +98,24 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
             for waiter in batch:
                 waiter.error = e
         finally:
-            with self._lock:
-                successor = self._queue[0] if self._queue else None
-                if successor is None:
-                    self._leader_active = False
-                else:
-                    successor.promoted = True
+            self._hand_over()
             # batch[0] is the leader's own request: it is not waiting on its gate.
             for waiter in batch[1:]:
-                assert waiter.gate is not None
                 waiter.gate.release()
-            if successor is not None:
-                assert successor.gate is not None
-                successor.gate.release()
+
+    def _hand_over(self) -> None:
+        """Promote the oldest queued caller to leader, or note that no leader is active."""
+        with self._lock:
+            successor = self._queue[0] if self._queue else None
+            if successor is None:
+                self._leader_active = False
+            else:
+                successor.promoted = True
+        if successor is not None:
+            successor.gate.release()
 
     def _take_batch(self) -> list[_Waiter[RequestT, OutcomeT]]:
-        # The leader's own request is always first in the queue, so it is always in its batch.
+        # The promoted leader is always first in the queue, so it is always in its batch.
         total = 0
         count = 0
         for waiter in self._queue:

@@ -13,12 +13,11 @@ catch a stale one (see ``_postgres_append.py``).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from typing import NamedTuple
 
-from eventstore._chain import GENESIS_HASH, chain_hash, epoch_micros
+from eventstore._chain import GENESIS_HASH, chain_hash
 from eventstore._encoding import EXPECT_ANY, EXPECT_EXISTS, PreparedAppend, PreparedEvent
 from eventstore._types import AppendResult
 from eventstore.errors import DuplicateEventId, EventStoreError, WrongExpectedVersion
@@ -29,8 +28,9 @@ AppendOutcome = list[AppendResult] | EventStoreError
 """What one caller gets: its results (one per stream, sorted by stream id) or its error."""
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
+# The records below are NamedTuples, not frozen dataclasses, because every append builds them and
+# a frozen dataclass's __init__ costs several times as much as a tuple; they stay immutable.
+class StoredEvent(NamedTuple):
     """Where an already stored event id lives."""
 
     stream_id: str
@@ -46,8 +46,9 @@ class LogView:
     head_hash: bytes = GENESIS_HASH
     versions: dict[str, int] = field(default_factory=dict)
     """Current versions of (at least) the group's streams; a missing stream is at 0."""
-    stored: dict[uuid.UUID, StoredEvent] = field(default_factory=dict)
-    """The group's event ids that are already stored (empty when none are, or unknown)."""
+    stored: dict[str, StoredEvent] = field(default_factory=dict)
+    """The group's event ids (canonical text) that are already stored (empty when none are, or
+    unknown)."""
 
     def advance(self, plan: GroupPlan) -> None:
         """Apply a committed plan, so the view stays valid for the next group."""
@@ -58,20 +59,19 @@ class LogView:
         self.stored = {}
 
 
-@dataclass(frozen=True, slots=True)
-class EventRow:
+class EventRow(NamedTuple):
     """One row to insert: a caller's event placed in the log."""
 
     global_position: int
     stream_id: str
     stream_version: int
     event: PreparedEvent
-    recorded_at: datetime
+    recorded_us: int
+    """When the group commits, in microseconds since the Unix epoch."""
     hash: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class GroupPlan:
+class GroupPlan(NamedTuple):
     rows: tuple[EventRow, ...]
     outcomes: tuple[AppendOutcome, ...]
     stream_versions: Mapping[str, int]
@@ -81,18 +81,20 @@ class GroupPlan:
 
 
 def plan_group(
-    items: Sequence[tuple[PreparedAppend, ...]], view: LogView, *, now: datetime
+    items: Sequence[tuple[PreparedAppend, ...]], view: LogView, *, recorded_us: int
 ) -> GroupPlan:
+    """Plan ``items`` in order on ``view``; every row is recorded at ``recorded_us`` (microseconds
+    since the Unix epoch)."""
     # The view is read, never changed: a plan that fails to commit leaves it as it was. What this
     # group writes is tracked on the side (``written``, ``stored``) and consulted first.
     head_position, head_hash = view.head_position, view.head_hash
     written: dict[str, int] = {}
-    stored: dict[uuid.UUID, StoredEvent] = dict(view.stored)
-    recorded_us = epoch_micros(now)
+    stored: dict[str, StoredEvent] = dict(view.stored)
+    last_item = len(items) - 1
     rows: list[EventRow] = []
     outcomes: list[AppendOutcome] = []
     rejections = False
-    for item in items:
+    for index, item in enumerate(items):
         outcome = _judge(item, written, view.versions, stored)
         if outcome is not None:
             outcomes.append(outcome)
@@ -111,17 +113,20 @@ def plan_group(
                     position=head_position,
                     stream_id=stream_id,
                     stream_version=version,
-                    event_id=event.event_id_text,
+                    event_id=event.event_id,
                     type=event.type,
                     schema_version=event.schema_version,
                     recorded_at_us=recorded_us,
                     data_text=event.data_text,
                     metadata_text=event.metadata_text,
                 )
-                rows.append(EventRow(head_position, stream_id, version, event, now, head_hash))
-                # Later callers of the same group see this id as stored (a retry racing its
-                # original in one group is then judged like any other retry).
-                stored[event.event_id] = StoredEvent(stream_id, version, head_position)
+                rows.append(
+                    EventRow(head_position, stream_id, version, event, recorded_us, head_hash)
+                )
+                if index < last_item:
+                    # Later callers of the same group see this id as stored (a retry racing its
+                    # original in one group is then judged like any other retry).
+                    stored[event.event_id] = StoredEvent(stream_id, version, head_position)
             written[stream_id] = version
             results.append(AppendResult(first, head_position, version))
         outcomes.append(results)
@@ -140,7 +145,7 @@ def _judge(
     item: tuple[PreparedAppend, ...],
     written: Mapping[str, int],
     stored_versions: Mapping[str, int],
-    stored: Mapping[uuid.UUID, StoredEvent],
+    stored: Mapping[str, StoredEvent],
 ) -> AppendOutcome | None:
     """None when the item may be written; its original result if it is a faithful replay;
     otherwise its error."""
@@ -157,7 +162,7 @@ def _judge(
 
 
 def _replay(
-    item: tuple[PreparedAppend, ...], stored: Mapping[uuid.UUID, StoredEvent]
+    item: tuple[PreparedAppend, ...], stored: Mapping[str, StoredEvent]
 ) -> AppendOutcome | None:
     ids = [e.event_id for a in item for e in a.events]
     found = [i for i in ids if i in stored]
@@ -168,11 +173,11 @@ def _replay(
     results = [_original_result(append, stored) for append in item]
     if all(r is not None for r in results):
         return [r for r in results if r is not None]
-    return DuplicateEventId(str(found[0]))
+    return DuplicateEventId(found[0])
 
 
 def _original_result(
-    append: PreparedAppend, stored: Mapping[uuid.UUID, StoredEvent]
+    append: PreparedAppend, stored: Mapping[str, StoredEvent]
 ) -> AppendResult | None:
     places = [stored.get(e.event_id) for e in append.events]
     present = [p for p in places if p is not None]

@@ -29,17 +29,16 @@ import functools
 import json
 import struct
 import threading
-import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
 
-from eventstore._chain import GENESIS_HASH, epoch_micros
+from eventstore._chain import GENESIS_HASH, from_epoch_micros, now_micros
 from eventstore._encoding import PreparedAppend
+from eventstore._libpq import check_result
 from eventstore._planner import (
     AppendOutcome,
     EventRow,
@@ -121,7 +120,7 @@ SELECT head.global_position, head.hash,
                                       ORDER BY stream_version DESC LIMIT 1))
           FROM unnest(%s::text[]) AS sid),
        (SELECT json_agg(json_build_array(event_id, stream_id, stream_version, global_position))
-          FROM events WHERE event_id = ANY(%s))
+          FROM events WHERE event_id = ANY(%s::uuid[]))
   FROM (SELECT 1) AS one
   LEFT JOIN LATERAL (SELECT global_position, hash FROM events
                       ORDER BY global_position DESC LIMIT 1) AS head ON true
@@ -165,7 +164,7 @@ class PostgresAppender:
             if view is None:
                 view = self._refresh_view(items)
                 fresh = True
-            plan = plan_group(items, view, now=datetime.now(UTC))
+            plan = plan_group(items, view, recorded_us=now_micros())
             if plan.has_rejections and not fresh:
                 view = None
                 continue
@@ -188,11 +187,13 @@ class PostgresAppender:
         )
 
     def _connected(self) -> psycopg.Connection[Any]:
-        if self._connection is None or self._connection.closed:
+        # A connection that broke since is noticed by the statement that fails on it; the
+        # failure closes it (see commit), so no liveness check is needed here.
+        if self._connection is None:
             connection = psycopg.connect(self._conninfo, autocommit=True, client_encoding="utf8")
             try:
                 for name, sql, types in _STATEMENTS:
-                    _check(connection.pgconn, connection.pgconn.prepare(name, sql, types))
+                    check_result(connection.pgconn, connection.pgconn.prepare(name, sql, types))
             except BaseException:
                 connection.close()
                 raise
@@ -215,7 +216,7 @@ class PostgresAppender:
             found = (versions or {}).get(stream_id)
             view.versions[stream_id] = 0 if found is None else int(found)
         view.stored = {
-            uuid.UUID(event_id): StoredEvent(stream_id, int(version), int(at))
+            event_id: StoredEvent(stream_id, int(version), int(at))
             for event_id, stream_id, version, at in stored or ()
         }
         return view
@@ -229,7 +230,7 @@ class PostgresAppender:
             opening = any(r.stream_version == 1 for r in rows)
             statement = _INSERT_OPENING_NAME if opening else _INSERT_GROUP_NAME
             result = pgconn.exec_prepared(statement, (_json_rows(rows),))
-        _check(pgconn, result)
+        check_result(pgconn, result)
 
 
 def _one_row(row: EventRow) -> tuple[bytes, ...]:
@@ -238,21 +239,21 @@ def _one_row(row: EventRow) -> tuple[bytes, ...]:
         _int8(row.global_position),
         row.stream_id.encode(),
         _int8(row.stream_version),
-        event.event_id.bytes,
+        event.event_id_bytes,
         event.type.encode(),
         _int4(event.schema_version),
         event.data_text.encode(),
         event.metadata_text.encode(),
-        _int8(epoch_micros(row.recorded_at) - _POSTGRES_EPOCH_US),
+        _int8(row.recorded_us - _POSTGRES_EPOCH_US),
         row.hash,
     )
 
 
 def _json_rows(rows: Sequence[EventRow]) -> bytes:
-    recorded_at = rows[0].recorded_at.isoformat()
+    recorded_at = from_epoch_micros(rows[0].recorded_us).isoformat()
     objects = ",".join(
         f'{{"p":{r.global_position},"s":{_json_string(r.stream_id)},"v":{r.stream_version},'
-        f'"i":"{r.event.event_id_text}","t":{_json_string(r.event.type)},'
+        f'"i":"{r.event.event_id}","t":{_json_string(r.event.type)},'
         f'"sv":{r.event.schema_version},"d":{r.event.data_text},"m":{r.event.metadata_text},'
         f'"at":"{recorded_at}","h":"{r.hash.hex()}"}}'
         for r in rows
@@ -265,22 +266,6 @@ _STATEMENTS: tuple[tuple[bytes, bytes, Sequence[int] | None], ...] = (
     (_INSERT_GROUP_NAME, _INSERT_GROUP.encode(), None),
     (_INSERT_OPENING_NAME, _INSERT_OPENING.encode(), None),
 )
-_SUCCEEDED = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
-
-
-def _check(pgconn: pq.abc.PGconn, result: pq.abc.PGresult) -> None:
-    """Raise what psycopg's cursor would have raised for a failed ``result``."""
-    if result.status in _SUCCEEDED:
-        return
-    message = (result.error_message or pgconn.error_message).decode("utf-8", "replace").strip()
-    sqlstate = result.error_field(pq.DiagnosticField.SQLSTATE)
-    if sqlstate is None or pgconn.status != pq.ConnStatus.OK:
-        raise psycopg.OperationalError(message or "the connection to the server was lost")
-    try:
-        error_class = pg_errors.lookup(sqlstate.decode("ascii"))
-    except KeyError:  # a code newer than this psycopg
-        error_class = psycopg.DatabaseError
-    raise error_class(message)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -23,6 +23,7 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from eventstore._chain import now_micros
 from eventstore._encoding import PreparedAppend
 from eventstore._engine import SQLITE_IMMEDIATE, is_sqlite, make_engine
 from eventstore._planner import AppendOutcome
@@ -194,7 +195,7 @@ class SqlBackend:
             self._engine.connect().execution_options(**SQLITE_IMMEDIATE) as conn,
             conn.begin(),
         ):
-            return append_in_transaction(conn, items, now=datetime.now(UTC))
+            return append_in_transaction(conn, items, recorded_us=now_micros())
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
 
 import sqlalchemy as sa
 
+from eventstore._chain import from_epoch_micros
 from eventstore._encoding import PreparedAppend
 from eventstore._planner import AppendOutcome, LogView, StoredEvent, plan_group
 from eventstore._schema import events, streams
@@ -20,9 +20,10 @@ __all__ = ["append_in_transaction"]
 
 
 def append_in_transaction(
-    conn: sa.Connection, items: Sequence[tuple[PreparedAppend, ...]], *, now: datetime
+    conn: sa.Connection, items: Sequence[tuple[PreparedAppend, ...]], *, recorded_us: int
 ) -> list[AppendOutcome]:
-    plan = plan_group(items, _read_view(conn, items), now=now)
+    plan = plan_group(items, _read_view(conn, items), recorded_us=recorded_us)
+    recorded_at = from_epoch_micros(recorded_us)
     if plan.rows:
         conn.execute(
             events.insert(),
@@ -31,12 +32,12 @@ def append_in_transaction(
                     "global_position": r.global_position,
                     "stream_id": r.stream_id,
                     "stream_version": r.stream_version,
-                    "event_id": r.event.event_id,
+                    "event_id": uuid.UUID(bytes=r.event.event_id_bytes),
                     "type": r.event.type,
                     "schema_version": r.event.schema_version,
                     "data": r.event.data_text,
                     "metadata": r.event.metadata_text,
-                    "recorded_at": r.recorded_at,
+                    "recorded_at": recorded_at,
                     "hash": r.hash,
                 }
                 for r in plan.rows
@@ -73,11 +74,11 @@ def _read_view(conn: sa.Connection, items: Sequence[tuple[PreparedAppend, ...]])
         ).scalar()
         if version is not None:
             view.versions[stream_id] = int(version)
-    ids: list[uuid.UUID] = [e.event_id for item in items for a in item for e in a.events]
+    ids = [uuid.UUID(bytes=e.event_id_bytes) for item in items for a in item for e in a.events]
     for event_id, stream_id, version, position in conn.execute(
         sa.select(
             events.c.event_id, events.c.stream_id, events.c.stream_version, events.c.global_position
         ).where(events.c.event_id.in_(ids))
     ):
-        view.stored[event_id] = StoredEvent(stream_id, int(version), int(position))
+        view.stored[str(event_id)] = StoredEvent(stream_id, int(version), int(position))
     return view

@@ -210,7 +210,7 @@ class TestGroupCommitOnTheBackend:
         assert len(written) == 3
         for (append,), [result] in written:
             stored = store.read_all(after=result.first_position - 1, limit=2)
-            assert [e.event_id for e in stored] == [e.event_id for e in append.events]
+            assert [str(e.event_id) for e in stored] == [e.event_id for e in append.events]
             assert {e.stream_id for e in stored} == {append.stream_id}
             assert result.stream_version == 2
         assert store.head() == 9

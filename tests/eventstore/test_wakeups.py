@@ -1,4 +1,4 @@
-"""Wake-ups across processes on Postgres: one NOTIFY per window of commits, sent after them."""
+"""Wake-ups across processes on Postgres: NOTIFY after commits, at most once per window."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from eventstore._wakeups import Notifier
 from tests.eventstore.support import new_events
 
 WAIT = 10.0
+QUIET = 0.5
+"""How long a notification that must not come is waited for."""
 END = "end-of-test"
 
 
@@ -45,15 +47,37 @@ def notifications_before_end(listener: psycopg.Connection[Any], postgres_url: st
     raise AssertionError(f"the marker notification did not arrive within {WAIT} s")
 
 
+def next_notification(listener: psycopg.Connection[Any]) -> str:
+    for notify in listener.notifies(timeout=WAIT, stop_after=1):
+        return notify.payload
+    raise AssertionError(f"no notification arrived within {WAIT} s")
+
+
 class TestNotifier:
-    def test_pokes_within_one_window_share_one_notification(
+    def test_a_poke_after_a_quiet_spell_is_sent_at_once(
+        self, postgres_url: str, listener: psycopg.Connection[Any]
+    ) -> None:
+        """The window throttles bursts; it does not delay a lone commit's wake-up."""
+        notifier = Notifier(libpq(postgres_url), NOTIFY_CHANNEL, window=3600)
+        try:
+            notifier.poke()
+
+            assert next_notification(listener) == ""
+        finally:
+            notifier.close()
+
+    def test_pokes_during_the_window_share_one_notification(
         self, postgres_url: str, listener: psycopg.Connection[Any]
     ) -> None:
         notifier = Notifier(libpq(postgres_url), NOTIFY_CHANNEL, window=3600)
+        notifier.poke()
+        next_notification(listener)  # sent: the hour-long window has begun
         for _ in range(50):
             notifier.poke()
-        notifier.close()  # cuts the hour-long window short and sends what is pending
 
+        # Held back: an unthrottled notifier sends within milliseconds of a poke.
+        assert list(listener.notifies(timeout=QUIET, stop_after=1)) == []
+        notifier.close()  # cuts the window short and sends what is pending
         assert notifications_before_end(listener, postgres_url) == 1
 
     def test_nothing_is_sent_without_a_poke(
