@@ -5,7 +5,9 @@ own request at once; callers arriving meanwhile queue up. When the leader's comm
 hands leadership to the oldest queued caller, if any, and returns its own result immediately; the
 new leader commits everything queued so far (its own request first) in one transaction. A lone
 writer therefore pays no thread hop and no queueing, and under contention one commit (and one
-fsync) serves many callers.
+fsync) serves many callers. Right after a shared commit, a caller that finds no commit running
+first lets the writers just released queue behind it (see ``submit``), so batches stay large
+instead of alternating between one caller and all the others.
 
 Each queued request keeps its own outcome: the backend checks every request separately inside the
 shared transaction, so one caller's version conflict never fails another's append.
@@ -14,6 +16,7 @@ shared transaction, so one caller's version conflict never fails another's appen
 from __future__ import annotations
 
 import threading
+import time
 from _thread import LockType, allocate_lock
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
@@ -24,15 +27,22 @@ RequestT = TypeVar("RequestT")
 OutcomeT = TypeVar("OutcomeT")
 
 
+def _yield_to_other_threads() -> None:
+    # sleep(0) releases the GIL and yields the CPU once: no timed wait, only a turn for threads
+    # that are ready to run now.
+    time.sleep(0)
+
+
 class _Waiter(Generic[RequestT, OutcomeT]):
-    """A caller that queued behind an active leader."""
+    """A caller in the queue: waiting behind an active leader, or leading it."""
 
     __slots__ = ("error", "gate", "outcome", "promoted", "request", "weight")
 
-    def __init__(self, request: RequestT, weight: int, gate: LockType) -> None:
+    def __init__(self, request: RequestT, weight: int, gate: LockType | None) -> None:
         self.request = request
         self.weight = weight
-        # Held until the waiter's outcome is known or it is promoted to leader.
+        # Held until the waiter's outcome is known or it is promoted to leader; None for a
+        # caller that leads from the start and so never waits.
         self.gate = gate
         self.promoted = False
         self.outcome: OutcomeT | None = None
@@ -45,6 +55,8 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
     ``commit_batch(requests)`` returns one outcome per request, in order; if it raises, every
     request of that batch gets the exception. ``max_batch_weight`` bounds one transaction (in
     events), so a flood of writers cannot build an unbounded transaction.
+    ``pause_after_contention`` runs before a caller leads right after a shared batch (by default
+    it lets other runnable threads take the GIL once).
     """
 
     def __init__(
@@ -52,42 +64,62 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
         commit_batch: Callable[[Sequence[RequestT]], Sequence[OutcomeT]],
         *,
         max_batch_weight: int = 2000,
+        pause_after_contention: Callable[[], None] = _yield_to_other_threads,
     ) -> None:
         self._commit_batch = commit_batch
         self._max_batch_weight = max_batch_weight
+        self._pause_after_contention = pause_after_contention
         self._lock = threading.Lock()
         self._queue: list[_Waiter[RequestT, OutcomeT]] = []
         # Invariant: while no leader is active the queue is empty.
         self._leader_active = False
+        # Whether the last batch served more than one caller.
+        self._contended = False
 
     def submit(self, request: RequestT, *, weight: int = 1) -> OutcomeT:
         waiter: _Waiter[RequestT, OutcomeT] | None
         with self._lock:
-            if not self._leader_active:
-                self._leader_active = True
-                waiter = None
-            else:
+            if self._leader_active:
                 waiter = _Waiter(request, weight, _closed_gate())
                 self._queue.append(waiter)
+            else:
+                self._leader_active = True
+                # Without recent contention the caller commits alone, queueing nothing; else it
+                # leads from the head of the queue, where others can join it (gate None: it
+                # never waits).
+                waiter = _Waiter(request, weight, None) if self._contended else None
+                if waiter is not None:
+                    self._queue.append(waiter)
         if waiter is None:
-            # Nobody was committing, so nobody is queued: this caller commits its own request
-            # alone, at once. A lone writer takes this path on every call.
-            try:
-                outcomes = self._commit_batch((request,))
-                if len(outcomes) != 1:
-                    raise RuntimeError("commit_batch returned the wrong number of outcomes")
-                return outcomes[0]
-            finally:
-                self._hand_over()
-        waiter.gate.acquire()  # opened by the leader that committed us, or that promoted us
-        if waiter.promoted:
+            return self._commit_alone(request)
+        if waiter.gate is None:
+            # The last commit served several writers, and they are likely about to submit
+            # again: a leader committing at once would commit alone and make them all wait a
+            # whole commit, halving the batch size. One pause lets those already runnable queue
+            # behind it first; a lone writer never pays for it.
+            self._pause_after_contention()
             self._lead()
+        else:
+            waiter.gate.acquire()  # opened by the leader that committed us, or that promoted us
+            if waiter.promoted:
+                self._lead()
         return self._result(waiter)
 
+    def _commit_alone(self, request: RequestT) -> OutcomeT:
+        """Nobody was committing, so nobody is queued: commit at once. A lone writer's path."""
+        try:
+            outcomes = self._commit_batch((request,))
+            if len(outcomes) != 1:
+                raise RuntimeError("commit_batch returned the wrong number of outcomes")
+            return outcomes[0]
+        finally:
+            self._hand_over()
+
     def _lead(self) -> None:
-        """Commit the queue's head (the promoted caller) and whoever queued behind it."""
+        """Commit the queue's head (the leading caller) and whoever queued behind it."""
         with self._lock:
             batch = self._take_batch()
+            self._contended = len(batch) > 1
         try:
             outcomes = self._commit_batch([w.request for w in batch])
             if len(outcomes) != len(batch):
@@ -101,6 +133,7 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
             self._hand_over()
             # batch[0] is the leader's own request: it is not waiting on its gate.
             for waiter in batch[1:]:
+                assert waiter.gate is not None
                 waiter.gate.release()
 
     def _hand_over(self) -> None:
@@ -112,10 +145,11 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
             else:
                 successor.promoted = True
         if successor is not None:
+            assert successor.gate is not None
             successor.gate.release()
 
     def _take_batch(self) -> list[_Waiter[RequestT, OutcomeT]]:
-        # The promoted leader is always first in the queue, so it is always in its batch.
+        # The leader is always first in the queue, so it is always in its batch.
         total = 0
         count = 0
         for waiter in self._queue:

@@ -85,6 +85,8 @@ def _utc(moment: datetime) -> datetime:
 # than the standard library). orjson reads integers beyond 64 bits as floats, though, and the
 # store accepts any JSON integer: a body with a run of 20 or more digits anywhere (a number that
 # may exceed 64 bits, or merely a long digit string) takes the exact standard decoder instead.
+# The run is looked for once per page, over all its bodies joined: a search per body would cost
+# half as much as decoding it.
 _may_hold_big_integer = re.compile(r"[0-9]{20}").search
 
 
@@ -92,6 +94,19 @@ def _decode_body(text: str) -> Any:
     if _may_hold_big_integer(text):
         return json.loads(text)
     return orjson.loads(text)
+
+
+def _body_decoder(rows: Sequence[Sequence[Any]]) -> Callable[[str], Any]:
+    """The decoder for a page of rows (data at 6, metadata at 7): orjson when no body of the page
+    can hold a big integer, else the per-body choice."""
+    # The newline keeps a digit run from spanning two bodies.
+    joined = "\n".join([text for row in rows for text in (row[6], row[7])])
+    return _decode_body if _may_hold_big_integer(joined) else orjson.loads
+
+
+def _recorded_page(rows: Sequence[Sequence[Any]]) -> list[RecordedEvent]:
+    decode = _body_decoder(rows)
+    return [_recorded(row, decode) for row in rows]
 
 
 # Replay builds one RecordedEvent per stored event, and a frozen dataclass's generated __init__
@@ -112,7 +127,7 @@ _new_event = object.__new__
 ) = (RecordedEvent.__dict__[name].__set__ for name in RecordedEvent.__dataclass_fields__)
 
 
-def _recorded(row: Sequence[Any]) -> RecordedEvent:
+def _recorded(row: Sequence[Any], decode: Callable[[str], Any]) -> RecordedEvent:
     event: RecordedEvent = _new_event(RecordedEvent)
     _set_position(event, row[0])
     _set_stream(event, row[1])
@@ -120,10 +135,10 @@ def _recorded(row: Sequence[Any]) -> RecordedEvent:
     _set_event_id(event, row[3])
     _set_type(event, row[4])
     _set_schema_version(event, row[5])
-    _set_data(event, _decode_body(row[6]))
+    _set_data(event, decode(row[6]))
     metadata_text = row[7]
     # Many events carry no metadata; skipping the decoder for "{}" is measurable on replay.
-    _set_metadata(event, {} if metadata_text == "{}" else _decode_body(metadata_text))
+    _set_metadata(event, {} if metadata_text == "{}" else decode(metadata_text))
     _set_recorded_at(event, _utc(row[8]))
     _set_hash(event, row[9].hex())
     return event
@@ -214,7 +229,7 @@ class SqlBackend:
         if limit is not None:
             query = query.limit(limit)
         with self._translated("read from"), self._engine.connect() as conn:
-            return [_recorded(row) for row in conn.execute(query)]
+            return _recorded_page(conn.execute(query).all())
 
     def read_all(
         self, *, after: int, limit: int, types: Sequence[str] | None
@@ -226,7 +241,7 @@ class SqlBackend:
             query = query.where(events.c.type.in_(list(types)))
         query = query.order_by(events.c.global_position).limit(limit)
         with self._translated("read from"), self._engine.connect() as conn:
-            return [_recorded(row) for row in conn.execute(query)]
+            return _recorded_page(conn.execute(query).all())
 
     def _read_all_postgres(
         self, *, after: int, limit: int, types: Sequence[str] | None
@@ -253,7 +268,7 @@ class SqlBackend:
                 raw.rollback()
             finally:
                 raw.close()
-        return [_recorded(row) for row in rows]
+        return _recorded_page(rows)
 
     def head(self) -> int:
         with self._translated("read from"), self._engine.connect() as conn:

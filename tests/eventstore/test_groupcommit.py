@@ -169,6 +169,39 @@ class TestGroupCommitter:
         with pytest.raises(RuntimeError, match="wrong number of outcomes"):
             committer.submit(1)
 
+    def test_a_lone_writer_never_pauses(self) -> None:
+        def pause() -> None:
+            raise AssertionError("paused without contention")
+
+        committer: GroupCommitter[int, int] = GroupCommitter(
+            times_ten, pause_after_contention=pause
+        )
+
+        assert [committer.submit(n) for n in range(3)] == [0, 10, 20]
+
+    def test_after_a_shared_batch_a_new_leader_lets_writers_join_it(self) -> None:
+        """The writers a shared commit releases resubmit together; the first of them to lead
+        waits for the others to queue, instead of committing alone ahead of them."""
+        late: list[Future[int]] = []
+        pool = ThreadPoolExecutor(max_workers=1)
+
+        def let_a_writer_queue() -> None:
+            late.append(pool.submit(committer.submit, 99))
+            wait_until_queued(committer, 2)  # the pausing leader and the late writer
+
+        gate = GatedCommit(times_ten)
+        committer: GroupCommitter[int, int] = GroupCommitter(
+            gate, pause_after_contention=let_a_writer_queue
+        )
+        run_gated(committer, gate, 0, [1, 2])  # [1, 2] share a commit
+        try:
+            assert committer.submit(3) == 30
+            assert late[0].result(timeout=WAIT) == 990
+        finally:
+            pool.shutdown(wait=True)
+
+        assert gate.batches == [[0], [1, 2], [3, 99]]
+
     def test_batches_respect_the_weight_limit(self) -> None:
         """max_batch_weight splits the queue into batches of at most that many events."""
         gate = GatedCommit(times_ten)

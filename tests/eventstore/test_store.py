@@ -332,6 +332,14 @@ class TestBodyFidelity:
         assert (event.data, event.metadata) == (data, {"n": 2**100})
         assert isinstance(event.data["big"], int)
 
+    def test_a_big_integer_among_small_bodies_reads_back_exactly(self, store: EventStore) -> None:
+        """One body on a page that needs the exact decoder does not confuse the others."""
+        bodies = [{"n": i} for i in range(5)] + [{"n": 2**70}] + [{"n": 2**63 - 1, "m": -1}]
+        store.append("mixed-1", [NewEvent("T", body) for body in bodies])
+
+        assert [e.data for e in store.read_all()] == bodies
+        assert [e.data for e in store.read_stream("mixed-1")] == bodies
+
     def test_unicode_and_floats_read_back_exactly(self, store: EventStore) -> None:
         """Non-ASCII text, escapes and floats come back as they were appended."""
         data = {"text": 'é "quoted" \\ \n tab\t ✓', "floats": [0.1, 1e-7, 1.5e300, -0.0]}
