@@ -1,9 +1,14 @@
 """``fleetledger bench store``: our log against raw psycopg, on the same server, in one run.
 
 Every figure is printed beside a reference measured in the same run on the same server, so the
-ratios hold across machines even when absolute numbers do not. The benchmark never writes to the
-log it is pointed at: on Postgres it creates a scratch database on that server (and drops it); on
-SQLite it uses a scratch file.
+ratios hold across machines even when absolute numbers do not. Commits and reads are short and
+sensitive to whatever else the machine does, so the contenders run in turn, round after round:
+a rate is the median of its rounds, and a ratio is the median of the per-round ratios, each
+taken against the reference measured beside it — so a passing disturbance (a noisy neighbour, a
+checkpoint) decides neither, and a slow spell of the machine slows both sides of a pair.
+
+The benchmark never writes to the log it is pointed at: on Postgres it creates a scratch database
+on that server (and drops it); on SQLite it uses a scratch file.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import statistics
 import tempfile
 import threading
 import time
@@ -37,8 +43,10 @@ log = structlog.get_logger("bench.store")
 WRITER_THREADS = 8
 COMMITS = "commits/s"
 BATCH = 100
-READ_ROUNDS = 3
-WRITE_ROUNDS = 5
+READ_ROUNDS = 5
+WRITE_ROUNDS = 9
+BATCH_ROUNDS = 5
+BATCH_TARGET = 15_000
 READ_PAGE = 1000
 
 
@@ -70,7 +78,11 @@ class StoreBenchReport:
         }
 
     def render(self) -> str:
-        lines = [f"bench store — {self.backend}, {self.events} events per write test"]
+        lines = [
+            f"bench store — {self.backend}, {self.events} events per write test and round",
+            f"  medians of interleaved rounds ({WRITE_ROUNDS} single-append, {BATCH_ROUNDS} batch,"
+            f" {READ_ROUNDS} read); each ratio pairs rounds run side by side",
+        ]
         for m in self.measurements:
             line = f"  {m.name:<46} {m.rate:>10,.0f} {m.unit:<10}"
             if m.ratio is not None:
@@ -120,30 +132,28 @@ def run_store_bench(url: str | None = None, *, events: int = 2000) -> StoreBench
             _raw_writer(scratch, events) if is_postgres else contextlib.nullcontext() as raw,
             open_store(scratch) as store,
         ):
-            single, threaded, raw_minimal, raw_insert = _measure_single_appends(store, raw, events)
-            raw_batch = _raw_batch_insert_rate(scratch, events * 5) if is_postgres else None
-            log.info("measuring 100-event appends", events=events * 5)
-            batched = _timed(functools.partial(_append_batches, store, _batches(events * 5)))
-            raw_read, replay = _measure_replay(store, scratch if is_postgres else None)
+            writes = _measure_single_appends(store, raw, events)
+            batches = _measure_batches(store, scratch if is_postgres else None, events)
+            reads = _measure_replay(store, scratch if is_postgres else None)
+        raw_minimal, raw_insert = writes.get("raw_minimal"), writes.get("raw_insert")
+        single, threaded = writes["single"], writes["threaded"]
         measurements = [
-            _compare("raw INSERT minimal row, commit each", raw_minimal, None, None, "commits/s"),
-            _compare("raw INSERT event row, commit each", raw_insert, None, None, "commits/s"),
+            _compare("raw INSERT minimal row, commit each", raw_minimal, None, None, COMMITS),
+            _compare("raw INSERT event row, commit each", raw_insert, None, None, COMMITS),
             _compare("append 1 event, 1 writer", single, raw_insert, 0.95, "appends/s"),
             _versus_minimal("append 1 event, 1 writer", single, raw_minimal),
             _compare("append 1 event, 8 writers", threaded, raw_insert, 2.0, "appends/s"),
             _versus_minimal("append 1 event, 8 writers", threaded, raw_minimal),
-            _compare("raw psycopg executemany 100/txn", raw_batch, None, None, "events/s"),
-            Measurement(
-                "append 100 events per call",
-                batched,
+            _compare("raw psycopg executemany 100/txn", batches.get("raw"), None, None, "events/s"),
+            _batched(batches["ours"], batches.get("raw")),
+            _compare("raw read data::text + json.loads", reads.get("raw"), None, None, "events/s"),
+            _compare(
+                "read_all replay into RecordedEvent",
+                reads["replay"],
+                reads.get("raw"),
+                1.0,
                 "events/s",
-                "raw executemany" if raw_batch else None,
-                batched / raw_batch if raw_batch else None,
-                ">= 15,000 events/s",
-                batched >= 15_000,
             ),
-            _compare("raw read data::text + json.loads", raw_read, None, None, "events/s"),
-            _compare("read_all replay into RecordedEvent", replay, raw_read, 1.0, "events/s"),
         ]
     return StoreBenchReport(
         backend="postgres" if is_postgres else "sqlite",
@@ -152,68 +162,111 @@ def run_store_bench(url: str | None = None, *, events: int = 2000) -> StoreBench
     )
 
 
-def _measure_single_appends(
-    store: EventStore, raw: _RawWriter | None, events: int
-) -> tuple[float, float, float | None, float | None]:
-    """Best rates over interleaved rounds: ours with 1 and 8 writers, and both raw references.
+Rounds = dict[str, list[float]]
+"""Each contender's rate in every round, in round order."""
 
-    Single commits are short and sensitive to whatever else the machine does; running the
-    contenders in turn, round after round, and keeping each one's best round (as timeit does)
-    keeps a passing disturbance from deciding a ratio.
-    """
-    single = threaded = 0.0
-    raw_minimal = raw_insert = 0.0
+
+def _measure_single_appends(store: EventStore, raw: _RawWriter | None, events: int) -> Rounds:
+    """Interleaved rounds of ours with 1 and 8 writers and both raw references."""
+    rounds: Rounds = {}
     for round_number in range(1, WRITE_ROUNDS + 1):
-        log.info("measuring single appends", round=round_number, of=WRITE_ROUNDS, events=events)
+        rates: dict[str, float] = {}
         if raw is not None:
-            raw_minimal = max(raw_minimal, _timed(raw.insert_minimal))
-            raw_insert = max(raw_insert, _timed(raw.insert_shaped))
+            rates["raw_minimal"] = _timed(raw.insert_minimal)
+            rates["raw_insert"] = _timed(raw.insert_shaped)
         # The callers' events are built before the clock starts, as the raw references' rows
         # are: the figures compare storing events, not constructing them.
         singles = _singles(events)
-        single = max(
-            single, _timed(functools.partial(_append_each, store, "bench-single", singles))
-        )
+        rates["single"] = _timed(functools.partial(_append_each, store, "bench-single", singles))
         per_thread = [_singles(events // WRITER_THREADS) for _ in range(WRITER_THREADS)]
-        threaded = max(threaded, _timed(functools.partial(_append_threaded, store, per_thread)))
-    return single, threaded, raw_minimal or None, raw_insert or None
+        rates["threaded"] = _timed(functools.partial(_append_threaded, store, per_thread))
+        log.info(
+            "single appends measured",
+            round=round_number,
+            of=WRITE_ROUNDS,
+            **{name: round(rate) for name, rate in rates.items()},
+        )
+        for name, rate in rates.items():
+            rounds.setdefault(name, []).append(rate)
+    return rounds
 
 
-def _measure_replay(store: EventStore, postgres_url: str | None) -> tuple[float | None, float]:
+def _measure_replay(store: EventStore, postgres_url: str | None) -> Rounds:
     log.info("measuring replay, raw read + decode alternating", events=store.head())
     if postgres_url is not None:
         # Both readers get the plan a settled log has (autovacuum would analyse it soon).
         with store.engine.connect() as conn:
             conn.exec_driver_sql("ANALYZE events")
             conn.commit()
-    # Reads are short too: alternate the two and keep each one's best round.
-    raw_read: float | None = None
-    replay = 0.0
+    rounds: Rounds = {}
     with _raw_reader(postgres_url) if postgres_url else contextlib.nullcontext() as raw_work:
         for _ in range(READ_ROUNDS):
             if raw_work is not None:
-                raw_read = max(raw_read or 0.0, _timed(raw_work))
-            replay = max(replay, _timed(lambda: _replay(store)))
-    return raw_read, replay
+                rounds.setdefault("raw", []).append(_timed(raw_work))
+            rounds.setdefault("replay", []).append(_timed(lambda: _replay(store)))
+    return rounds
+
+
+def _measure_batches(store: EventStore, postgres_url: str | None, events: int) -> Rounds:
+    log.info("measuring 100-event appends, raw executemany alternating", events=events)
+    rounds: Rounds = {}
+    with (
+        _raw_batch_writer(postgres_url, events)
+        if postgres_url
+        else contextlib.nullcontext() as raw_work
+    ):
+        for _ in range(BATCH_ROUNDS):
+            if raw_work is not None:
+                rounds.setdefault("raw", []).append(_timed(raw_work))
+            work = functools.partial(_append_batches, store, _batches(events))
+            rounds.setdefault("ours", []).append(_timed(work))
+    return rounds
+
+
+def _batched(rates: list[float], raw: list[float] | None) -> Measurement:
+    rate = statistics.median(rates)
+    return Measurement(
+        "append 100 events per call",
+        rate,
+        "events/s",
+        "raw executemany" if raw else None,
+        _paired_ratio(rates, raw) if raw else None,
+        f">= {BATCH_TARGET:,} events/s",
+        rate >= BATCH_TARGET,
+    )
 
 
 def _compare(
-    name: str, rate: float | None, reference: float | None, factor: float | None, unit: str
+    name: str,
+    rates: list[float] | None,
+    reference: list[float] | None,
+    factor: float | None,
+    unit: str,
 ) -> Measurement:
-    if rate is None:
+    if rates is None:
         return Measurement(name, 0.0, unit)
+    rate = statistics.median(rates)
     if reference is None or factor is None:
         return Measurement(name, rate, unit)
-    ratio = rate / reference
+    ratio = _paired_ratio(rates, reference)
     return Measurement(name, rate, unit, "raw", ratio, f">= {factor}× raw", ratio >= factor)
 
 
-def _versus_minimal(name: str, rate: float, minimal: float | None) -> Measurement:
+def _versus_minimal(name: str, rates: list[float], minimal: list[float] | None) -> Measurement:
     if minimal is None:
         return Measurement(name, 0.0, "appends/s")
     return Measurement(
-        f"  (vs minimal row) {name}", rate, "appends/s", "raw minimal", rate / minimal
+        f"  (vs minimal row) {name}",
+        statistics.median(rates),
+        "appends/s",
+        "raw minimal",
+        _paired_ratio(rates, minimal),
     )
+
+
+def _paired_ratio(rates: list[float], reference: list[float]) -> float:
+    """The median over rounds of each round's rate against the reference measured beside it."""
+    return statistics.median(r / ref for r, ref in zip(rates, reference, strict=True))
 
 
 def _singles(count: int) -> list[list[NewEvent]]:
@@ -325,24 +378,27 @@ def _raw_writer(url: str, per_round: int) -> Iterator[_RawWriter]:
         yield _RawWriter(conn, per_round=per_round, rounds=WRITE_ROUNDS)
 
 
-def _raw_batch_insert_rate(url: str, count: int) -> float:
+@contextlib.contextmanager
+def _raw_batch_writer(url: str, per_round: int) -> Iterator[Callable[[], int]]:
+    """The batch reference: psycopg ``executemany`` of 100 rows per transaction."""
     import psycopg
 
+    rows = [("bench-raw", json.dumps(_event(i).data)) for i in range(per_round * BATCH_ROUNDS)]
     with psycopg.connect(_psycopg_url(url)) as conn:
-        rows = [("bench-raw", json.dumps(_event(i).data)) for i in range(count)]
-        log.info("measuring raw executemany", events=count)
 
         def work() -> int:
-            for start in range(0, count, BATCH):
+            nonlocal rows
+            now, rows = rows[:per_round], rows[per_round:]
+            for start in range(0, len(now), BATCH):
                 with conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO bench_raw (stream_id, data) VALUES (%s, %s)",
-                        rows[start : start + BATCH],
+                        now[start : start + BATCH],
                     )
                 conn.commit()
-            return count
+            return len(now)
 
-        return _timed(work)
+        yield work
 
 
 @contextlib.contextmanager
