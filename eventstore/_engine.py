@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import sqlalchemy as sa
+from psycopg.conninfo import make_conninfo
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 
@@ -15,6 +16,7 @@ __all__ = [
     "DATABASE_URL_ENV",
     "DEFAULT_DATABASE_URL",
     "is_sqlite",
+    "libpq_conninfo",
     "make_engine",
     "normalise_url",
     "resolve_url",
@@ -54,6 +56,26 @@ def normalise_url(url: str) -> URL:
     raise InvalidEvent(f"unsupported database {backend!r}: use Postgres or SQLite")
 
 
+def libpq_conninfo(url: str | URL) -> str:
+    """The libpq connection string for a Postgres URL, for connections made without SQLAlchemy.
+
+    Built from the URL's parts rather than by re-rendering it: libpq does not read '+' in a
+    URI's query as a space, so ``options=-c TimeZone=UTC`` would not survive the round trip.
+    """
+    parsed = normalise_url(url) if isinstance(url, str) else url
+    parts: dict[str, Any] = {
+        "host": parsed.host,
+        "port": parsed.port,
+        "user": parsed.username,
+        "password": parsed.password,
+        "dbname": parsed.database,
+    }
+    for key, value in parsed.query.items():
+        # SQLAlchemy gives a repeated key (several hosts, say) as a tuple; libpq takes a list.
+        parts[key] = ",".join(value) if isinstance(value, tuple) else value
+    return make_conninfo(**{k: v for k, v in parts.items() if v is not None})
+
+
 def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
 
@@ -62,7 +84,19 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     parsed = normalise_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, **kwargs)
-    return sa.create_engine(parsed, pool_pre_ping=True, **kwargs)
+    engine = sa.create_engine(parsed, pool_pre_ping=True, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _utc_session(dbapi_connection: Any, _record: Any) -> None:
+        # Timestamps come back in UTC whatever the server's TimeZone, so recorded_at means the
+        # same everywhere. psycopg then converts to datetime.timezone.utc, which costs a
+        # fraction of the per-row ZoneInfo conversion a zone name such as 'Etc/UTC' gets.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        dbapi_connection.execute("SET TimeZone TO 'UTC'")
+        dbapi_connection.autocommit = autocommit
+
+    return engine
 
 
 def _sqlite_engine(url: URL, **kwargs: Any) -> Engine:

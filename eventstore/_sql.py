@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from eventstore._chain import now_micros
 from eventstore._encoding import PreparedAppend
-from eventstore._engine import SQLITE_IMMEDIATE, is_sqlite, make_engine
+from eventstore._engine import SQLITE_IMMEDIATE, is_sqlite, libpq_conninfo, make_engine
 from eventstore._planner import AppendOutcome
 from eventstore._postgres_append import NOTIFY_CHANNEL, PostgresAppender
 from eventstore._schema import SCHEMA_REVISION, checkpoints, events, snapshots
@@ -190,7 +190,7 @@ class SqlBackend:
         self._engine.dispose()
 
     def _libpq_url(self) -> str:
-        return self._engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        return libpq_conninfo(self._engine.url)
 
     # -- appends -----------------------------------------------------------------------------
 

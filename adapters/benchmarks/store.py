@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from sqlalchemy.engine import make_url
 
 from eventstore import ANY, EventStore, NewEvent, migrate, open_store
-from eventstore._engine import normalise_url, resolve_url
+from eventstore._engine import libpq_conninfo, normalise_url, resolve_url
 from eventstore.scratch import scratch_postgres_database
 
 __all__ = ["Measurement", "StoreBenchReport", "run_store_bench"]
@@ -317,10 +316,6 @@ def _replay(store: EventStore) -> int:
     return seen
 
 
-def _psycopg_url(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 class _RawWriter:
     """The two single-insert references, both one INSERT and one commit per row, psycopg defaults:
 
@@ -372,7 +367,7 @@ class _RawWriter:
 def _raw_writer(url: str, per_round: int) -> Iterator[_RawWriter]:
     import psycopg
 
-    with psycopg.connect(_psycopg_url(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
         conn.execute("CREATE TABLE bench_raw (id bigserial PRIMARY KEY, stream_id text, data json)")
         conn.execute("CREATE TABLE bench_raw_events (LIKE events INCLUDING ALL)")
         yield _RawWriter(conn, per_round=per_round, rounds=WRITE_ROUNDS)
@@ -384,7 +379,7 @@ def _raw_batch_writer(url: str, per_round: int) -> Iterator[Callable[[], int]]:
     import psycopg
 
     rows = [("bench-raw", json.dumps(_event(i).data)) for i in range(per_round * BATCH_ROUNDS)]
-    with psycopg.connect(_psycopg_url(url)) as conn:
+    with psycopg.connect(libpq_conninfo(url)) as conn:
 
         def work() -> int:
             nonlocal rows
@@ -411,7 +406,7 @@ def _raw_reader(url: str) -> Iterator[Callable[[], int]]:
         "data::text, metadata::text, recorded_at, hash FROM events WHERE global_position > %s "
         "ORDER BY global_position LIMIT %s"
     )
-    with psycopg.connect(_psycopg_url(url)) as conn:
+    with psycopg.connect(libpq_conninfo(url)) as conn:
 
         def work() -> int:
             position = 0

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from structlog.testing import capture_logs
 
 from eventstore import EventStore, RecordedEvent, open_store
+from eventstore._engine import libpq_conninfo
 from eventstore._postgres_append import NOTIFY_CHANNEL
 from eventstore._wakeups import Notifier
 from tests.eventstore.support import new_events
@@ -22,13 +23,9 @@ QUIET = 0.5
 END = "end-of-test"
 
 
-def libpq(url: str) -> str:
-    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 @pytest.fixture
 def listener(postgres_url: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(libpq(postgres_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(postgres_url), autocommit=True) as conn:
         conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         yield conn
 
@@ -39,7 +36,7 @@ def notifications_before_end(listener: psycopg.Connection[Any], postgres_url: st
     Notifications are delivered in commit order, so everything committed before the marker is
     counted without waiting for time to pass.
     """
-    with psycopg.connect(libpq(postgres_url), autocommit=True) as other:
+    with psycopg.connect(libpq_conninfo(postgres_url), autocommit=True) as other:
         other.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, END))
     for count, notify in enumerate(listener.notifies(timeout=WAIT)):
         if notify.payload == END:
@@ -58,7 +55,7 @@ class TestNotifier:
         self, postgres_url: str, listener: psycopg.Connection[Any]
     ) -> None:
         """The window throttles bursts; it does not delay a lone commit's wake-up."""
-        notifier = Notifier(libpq(postgres_url), NOTIFY_CHANNEL, window=3600)
+        notifier = Notifier(libpq_conninfo(postgres_url), NOTIFY_CHANNEL, window=3600)
         try:
             notifier.poke()
 
@@ -69,7 +66,7 @@ class TestNotifier:
     def test_pokes_during_the_window_share_one_notification(
         self, postgres_url: str, listener: psycopg.Connection[Any]
     ) -> None:
-        notifier = Notifier(libpq(postgres_url), NOTIFY_CHANNEL, window=3600)
+        notifier = Notifier(libpq_conninfo(postgres_url), NOTIFY_CHANNEL, window=3600)
         notifier.poke()
         next_notification(listener)  # sent: the hour-long window has begun
         for _ in range(50):
@@ -83,7 +80,7 @@ class TestNotifier:
     def test_nothing_is_sent_without_a_poke(
         self, postgres_url: str, listener: psycopg.Connection[Any]
     ) -> None:
-        notifier = Notifier(libpq(postgres_url), NOTIFY_CHANNEL)
+        notifier = Notifier(libpq_conninfo(postgres_url), NOTIFY_CHANNEL)
         notifier.close()
 
         assert notifications_before_end(listener, postgres_url) == 0
@@ -92,7 +89,7 @@ class TestNotifier:
         self, postgres_url: str, listener: psycopg.Connection[Any]
     ) -> None:
         """The store closes the notifier only when it closes, but a reused backend keeps working."""
-        notifier = Notifier(libpq(postgres_url), NOTIFY_CHANNEL, window=3600)
+        notifier = Notifier(libpq_conninfo(postgres_url), NOTIFY_CHANNEL, window=3600)
         notifier.poke()
         notifier.close()
         notifier.poke()
