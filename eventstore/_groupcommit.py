@@ -97,8 +97,10 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
             # again: a leader committing at once would commit alone and make them all wait a
             # whole commit, halving the batch size. One pause lets those already runnable queue
             # behind it first; a lone writer never pays for it.
-            self._pause_after_contention()
-            self._lead()
+            try:
+                self._pause_after_contention()
+            finally:
+                self._lead()  # even if interrupted: others may already be queued behind us
         else:
             waiter.gate.acquire()  # opened by the leader that committed us, or that promoted us
             if waiter.promoted:

@@ -85,6 +85,23 @@ def run_gated(
     return leader, queued
 
 
+def submit_in_daemon_thread(
+    committer: GroupCommitter[RequestT, OutcomeT], request: RequestT
+) -> Future[OutcomeT]:
+    """Submit from a daemon thread: a committer that never answers fails the test on a
+    timeout instead of hanging the run at exit."""
+    future: Future[OutcomeT] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(committer.submit(request))
+        except BaseException as e:
+            future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
 def times_ten(requests: Sequence[int]) -> list[int]:
     return [r * 10 for r in requests]
 
@@ -201,6 +218,29 @@ class TestGroupCommitter:
             pool.shutdown(wait=True)
 
         assert gate.batches == [[0], [1, 2], [3, 99]]
+
+    def test_an_interrupted_pause_still_commits_and_hands_over(self) -> None:
+        """The pausing caller is already queued as leader: it must lead even if interrupted,
+        or every later caller would wait behind it forever."""
+        committed: list[int] = []
+
+        def interrupt() -> None:
+            raise KeyboardInterrupt
+
+        def commit(requests: Sequence[int]) -> Sequence[int]:
+            committed.extend(requests)
+            return gate(requests)
+
+        gate = GatedCommit(times_ten)
+        committer: GroupCommitter[int, int] = GroupCommitter(
+            commit, pause_after_contention=interrupt
+        )
+        run_gated(committer, gate, 0, [1, 2])
+
+        with pytest.raises(KeyboardInterrupt):
+            committer.submit(3)
+        assert committed[-1] == 3
+        assert submit_in_daemon_thread(committer, 4).result(timeout=WAIT) == 40
 
     def test_batches_respect_the_weight_limit(self) -> None:
         """max_batch_weight splits the queue into batches of at most that many events."""
