@@ -156,11 +156,11 @@ class SqlBackend:
             raise EventStoreError(f"cannot use database URL: {e}") from e
         self.is_sqlite = is_sqlite(self._engine)
         self.url_for_humans = self._engine.url.render_as_string(hide_password=True)
-        self._wake_ups = None if self.is_sqlite else Notifier(self._libpq_url(), NOTIFY_CHANNEL)
+        self._wake_ups = None if self.is_sqlite else Notifier(self._conninfo(), NOTIFY_CHANNEL)
         self._appender = (
             None
             if self._wake_ups is None
-            else PostgresAppender(self._libpq_url(), on_commit=self._wake_ups.poke)
+            else PostgresAppender(self._conninfo(), on_commit=self._wake_ups.poke)
         )
 
     @property
@@ -189,7 +189,7 @@ class SqlBackend:
             self._wake_ups.close()
         self._engine.dispose()
 
-    def _libpq_url(self) -> str:
+    def _conninfo(self) -> str:
         return libpq_conninfo(self._engine.url)
 
     # -- appends -----------------------------------------------------------------------------
@@ -392,10 +392,10 @@ class SqlBackend:
         Postgres only; LISTEN needs its own connection because notifications are delivered
         between transactions of the listening session.
         """
-        url = self._libpq_url()
+        conninfo = self._conninfo()
         while not stop.is_set():
             try:
-                with psycopg.connect(url, autocommit=True) as conn:
+                with psycopg.connect(conninfo, autocommit=True) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     on_notify()  # anything committed while we were not listening
                     while not stop.is_set():
