@@ -224,12 +224,14 @@ def _measure_batches(store: EventStore, postgres_url: str | None, events: int) -
 
 def _batched(rates: list[float], raw: list[float] | None) -> Measurement:
     rate = statistics.median(rates)
+    if raw is None:  # SQLite: the targets are set for Postgres
+        return Measurement("append 100 events per call", rate, "events/s")
     return Measurement(
         "append 100 events per call",
         rate,
         "events/s",
-        "raw executemany" if raw else None,
-        _paired_ratio(rates, raw) if raw else None,
+        "raw executemany",
+        _paired_ratio(rates, raw),
         f">= {BATCH_TARGET:,} events/s",
         rate >= BATCH_TARGET,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.benchmarks.store import _compare
+from adapters.benchmarks.store import _batched, _compare
 
 
 class TestCompare:
@@ -30,3 +30,15 @@ class TestCompare:
 
         assert measurement.ratio == pytest.approx(0.90)
         assert measurement.met is False
+
+
+class TestBatched:
+    def test_the_absolute_target_applies_on_postgres(self) -> None:
+        measurement = _batched([14_000.0, 16_000.0, 15_500.0], [20_000.0] * 3)
+
+        assert (measurement.rate, measurement.met) == (15_500.0, True)
+
+    def test_sqlite_gets_figures_without_the_postgres_target(self) -> None:
+        measurement = _batched([6_000.0, 6_500.0, 6_200.0], None)
+
+        assert (measurement.rate, measurement.target, measurement.met) == (6_200.0, None, None)
