@@ -691,12 +691,17 @@ def _decide_results(
     return _with_completion(state, opened, events, at)
 
 
+def _machine_named(opened: BatchOpened, machine_name: str) -> BatchMachine:
+    for machine in opened.machines:
+        if machine.machine_name == machine_name:
+            return machine
+    raise InvalidCommand(f"machine {machine_name!r} is not in batch {opened.batch_id}")
+
+
 def _decide_accepted(
     state: BatchState, opened: BatchOpened, command: RecordCreateAccepted, at: datetime
 ) -> list[BatchEvent]:
-    machine = next((m for m in opened.machines if m.machine_name == command.machine_name), None)
-    if machine is None:
-        raise InvalidCommand(f"machine {command.machine_name!r} is not in batch {opened.batch_id}")
+    machine = _machine_named(opened, command.machine_name)
     if not isinstance(command.resume_token, str) or not command.resume_token:
         raise InvalidCommand("resume_token must be a non-empty string")
     if machine.request_id in state.to_dispatch:
@@ -719,9 +724,7 @@ def _decide_accepted(
 def _decide_read(
     state: BatchState, opened: BatchOpened, command: RecordMachineRead, at: datetime
 ) -> list[BatchEvent]:
-    machine = next((m for m in opened.machines if m.machine_name == command.machine_name), None)
-    if machine is None:
-        raise InvalidCommand(f"machine {command.machine_name!r} is not in batch {opened.batch_id}")
+    machine = _machine_named(opened, command.machine_name)
     outcome: _Outcome
     if command.result == "created":
         if not command.provider_id or command.error is not None:

@@ -42,13 +42,13 @@ from azure.core.rest import HttpRequest, HttpResponse
 from adapters.clock import Clock, SystemClock
 from domain.template import MachineTemplate
 
+from .arm import provisioning_status, sole_zone
 from .errors import CloudError, classify_arm_error, from_azure_error, retry_after_seconds
 from .port import (
     BATCH_PUT_MACHINE_HEADER,
     BatchCreate,
     BatchCreateResult,
     MachineObservation,
-    MachineStatus,
     ProgressNote,
     encode_batch_put_machine_header,
 )
@@ -272,22 +272,16 @@ def _failures(
 
 def _observation_of(machine_name: str, machine: Mapping[str, Any]) -> MachineObservation:
     properties: Mapping[str, Any] = machine.get("properties") or {}
-    state = str(properties.get("provisioningState", "")).lower()
-    status: MachineStatus
+    state = str(properties.get("provisioningState", ""))
+    status = provisioning_status(state)
     error: CloudError | None = None
-    if state == "succeeded":
-        status = "succeeded"
-    elif state in ("failed", "canceled"):
-        status = "failed"
+    if status == "failed":
         problem = (properties.get("status") or {}).get("provisioningError") or {}
-        zones = machine.get("zones") or []
         error = classify_arm_error(
             problem.get("code") or "ProvisioningFailed",
-            problem.get("message") or f"machine {machine_name} is {state}",
-            zone=zones[0] if len(zones) == 1 else None,
+            problem.get("message") or f"machine {machine_name} is {state.lower()}",
+            zone=sole_zone(machine.get("zones")),
         )
-    else:
-        status = "creating"
     provider_id = str(machine["id"]) if machine.get("id") else None
     return MachineObservation(machine_name, status, provider_id, error)
 

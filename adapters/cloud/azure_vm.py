@@ -38,13 +38,13 @@ from azure.mgmt.compute import models as compute
 
 from domain.template import MachineTemplate, template_hash
 
+from .arm import provisioning_status, sole_zone
 from .errors import CloudError, UnknownCloudError, classify_arm_error, from_azure_error
 from .port import (
     BatchCreate,
     BatchCreateResult,
     MachineObservation,
     MachineSpec,
-    MachineStatus,
     ProgressNote,
 )
 
@@ -298,17 +298,8 @@ def _finish(
 
 def _observation_of(machine_name: str, vm: compute.VirtualMachine) -> MachineObservation:
     properties = vm.properties
-    state = ((properties.provisioning_state if properties else None) or "").lower()
-    status: MachineStatus
-    error: CloudError | None = None
-    if state == "succeeded":
-        status = "succeeded"
-    elif state in ("failed", "canceled"):
-        status = "failed"
-        zones = vm.zones or []
-        error = _provisioning_error(vm, zone=zones[0] if len(zones) == 1 else None)
-    else:
-        status = "creating"
+    status = provisioning_status(properties.provisioning_state if properties else None)
+    error = _provisioning_error(vm, zone=sole_zone(vm.zones)) if status == "failed" else None
     return MachineObservation(machine_name, status, vm.id, error)
 
 

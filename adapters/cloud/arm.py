@@ -1,0 +1,27 @@
+"""How Azure Resource Manager reports a machine's provisioning, read the same way for virtual
+machines and AKS machines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .port import MachineStatus
+
+__all__ = ["provisioning_status", "sole_zone"]
+
+_FAILED_STATES = frozenset({"failed", "canceled"})
+
+
+def provisioning_status(provisioning_state: str | None) -> MachineStatus:
+    """``Succeeded`` and ``Failed``/``Canceled`` are final; any other state is still creating."""
+    state = (provisioning_state or "").lower()
+    if state == "succeeded":
+        return "succeeded"
+    if state in _FAILED_STATES:
+        return "failed"
+    return "creating"
+
+
+def sole_zone(zones: Sequence[str] | None) -> str | None:
+    """The zone a machine was pinned to, if exactly one: the zone a capacity refusal names."""
+    return zones[0] if zones and len(zones) == 1 else None
