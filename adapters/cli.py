@@ -12,13 +12,14 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import version as package_version
 from typing import Any, TypeAlias
 
 import structlog
 
-from adapters.logging import configure_logging
-from eventstore import EventStoreError, RecordedEvent, migrate, open_store
-from eventstore._engine import DATABASE_URL_ENV, resolve_url
+from fleetledger.adapters.logging import configure_logging
+from fleetledger.eventstore import EventStoreError, RecordedEvent, migrate, open_store
+from fleetledger.eventstore._engine import DATABASE_URL_ENV, resolve_url
 
 __all__ = ["main"]
 
@@ -45,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleetledger",
         description="Event-sourced capacity controller for Kubernetes fleets on Azure.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {package_version('fleetledger')}"
     )
     parser.add_argument("--log-level", help="debug, info, warning or error (default: info)")
     parser.add_argument(
@@ -280,7 +284,7 @@ def _audit_verify(args: argparse.Namespace) -> int:
 
 
 def _bench_store(args: argparse.Namespace) -> int:
-    from adapters.benchmarks.store import run_store_bench
+    from fleetledger.adapters.benchmarks.store import run_store_bench
 
     report = run_store_bench(args.url, events=args.events)
     if args.json:
@@ -291,7 +295,7 @@ def _bench_store(args: argparse.Namespace) -> int:
 
 
 def _bench_grouper(args: argparse.Namespace) -> int:
-    from adapters.benchmarks.grouper import run_grouper_bench
+    from fleetledger.adapters.benchmarks.grouper import run_grouper_bench
 
     report = run_grouper_bench(
         requests=args.requests, templates=args.templates, seed=args.seed, repeat=args.repeat
@@ -321,7 +325,7 @@ def _bench_grouper(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from adapters.simulator import compare_scenario, get_scenario, run_scenario
+    from fleetledger.adapters.simulator import compare_scenario, get_scenario, run_scenario
 
     get_scenario(args.scenario)  # an unknown name fails now, listing the known ones
     report: Any
@@ -341,16 +345,16 @@ def _serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from adapters.clock import SystemClock
-    from adapters.http import create_app
-    from adapters.machines import (
+    from fleetledger.adapters.clock import SystemClock
+    from fleetledger.adapters.http import create_app
+    from fleetledger.adapters.machines import (
         CloudNotConfigured,
         CoordinatorOptions,
         MachinesRuntime,
         build_cloud,
     )
-    from domain.errors import InvalidCommand
-    from domain.grouper import GrouperConfig
+    from fleetledger.domain.errors import InvalidCommand
+    from fleetledger.domain.grouper import GrouperConfig
 
     try:
         config = GrouperConfig(

@@ -37,8 +37,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from domain.grouper import BatchOutcomesRecorded, BatchSealed, MachineRequested
-from domain.machine_batch import (
+from fleetledger.domain.grouper import BatchOutcomesRecorded, BatchSealed, MachineRequested
+from fleetledger.domain.machine_batch import (
     BatchCompleted,
     BatchDispatched,
     BatchOpened,

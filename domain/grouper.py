@@ -28,8 +28,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Generic, Literal, TypeAlias, TypeVar, cast, get_args
 
-from domain.errors import InvalidCommand, Rejected
-from domain.template import MachineTemplate, template_hash
+from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.template import MachineTemplate, template_hash
 
 __all__ = [
     "BatchMachine",

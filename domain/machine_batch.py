@@ -40,9 +40,9 @@ from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeAlias, get_args
 
-from domain.errors import InvalidCommand, Rejected
-from domain.grouper import BatchMachine, BatchSealed, SealReason
-from domain.template import MachineTemplate
+from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.grouper import BatchMachine, BatchSealed, SealReason
+from fleetledger.domain.template import MachineTemplate
 
 __all__ = [
     "BatchCommand",
@@ -158,7 +158,8 @@ class MachineError:
 
 @dataclass(frozen=True, slots=True)
 class OpenBatch:
-    """Start the batch's stream from the grouper's :class:`~domain.grouper.BatchSealed`."""
+    """Start the batch's stream from the grouper's
+    :class:`~fleetledger.domain.grouper.BatchSealed`."""
 
     sealed: BatchSealed
     max_attempts: int = DEFAULT_MAX_ATTEMPTS

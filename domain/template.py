@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from domain.errors import InvalidCommand
+from fleetledger.domain.errors import InvalidCommand
 
 __all__ = ["MachineTemplate", "Priority", "template_hash"]
 

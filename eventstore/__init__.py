@@ -2,7 +2,7 @@
 
 Quick start::
 
-    from eventstore import open_store, NewEvent
+    from fleetledger.eventstore import open_store, NewEvent
     with open_store("sqlite:///fleetledger.db") as store:
         store.append("vm-batch-1", [NewEvent("BatchSealed", {"size": 5})], expected_version=0)
         for event in store.read_all():
@@ -14,11 +14,11 @@ development and the simulator. Both pass the same contract tests.
 
 from __future__ import annotations
 
-from eventstore._engine import DEFAULT_DATABASE_URL, resolve_url
-from eventstore._sql import SqlBackend
-from eventstore._store import EventStore
-from eventstore._subscriptions import Handler, Subscription
-from eventstore._types import (
+from fleetledger.eventstore._engine import DEFAULT_DATABASE_URL, resolve_url
+from fleetledger.eventstore._sql import SqlBackend
+from fleetledger.eventstore._store import EventStore
+from fleetledger.eventstore._subscriptions import Handler, Subscription
+from fleetledger.eventstore._types import (
     ANY,
     NO_STREAM,
     STREAM_EXISTS,
@@ -30,8 +30,8 @@ from eventstore._types import (
     StreamAppend,
     VerifyReport,
 )
-from eventstore._upcasting import Upcaster, Upcasters
-from eventstore.errors import (
+from fleetledger.eventstore._upcasting import Upcaster, Upcasters
+from fleetledger.eventstore.errors import (
     CorruptLog,
     DuplicateEventId,
     EventStoreError,

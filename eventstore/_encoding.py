@@ -17,7 +17,7 @@ from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-
 from os import urandom as _urandom
 from typing import NamedTuple
 
-from eventstore._types import (
+from fleetledger.eventstore._types import (
     ANY,
     NO_STREAM,
     STREAM_EXISTS,
@@ -26,7 +26,7 @@ from eventstore._types import (
     StreamAppend,
     _ExpectedVersionMarker,
 )
-from eventstore.errors import InvalidEvent
+from fleetledger.eventstore.errors import InvalidEvent
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",

@@ -10,7 +10,7 @@ from psycopg.conninfo import make_conninfo
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Engine, make_url
 
-from eventstore.errors import InvalidEvent
+from fleetledger.eventstore.errors import InvalidEvent
 
 __all__ = [
     "DATABASE_URL_ENV",

@@ -17,10 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from eventstore._chain import GENESIS_HASH, chain_hash
-from eventstore._encoding import EXPECT_ANY, EXPECT_EXISTS, PreparedAppend, PreparedEvent
-from eventstore._types import AppendResult
-from eventstore.errors import DuplicateEventId, EventStoreError, WrongExpectedVersion
+from fleetledger.eventstore._chain import GENESIS_HASH, chain_hash
+from fleetledger.eventstore._encoding import (
+    EXPECT_ANY,
+    EXPECT_EXISTS,
+    PreparedAppend,
+    PreparedEvent,
+)
+from fleetledger.eventstore._types import AppendResult
+from fleetledger.eventstore.errors import DuplicateEventId, EventStoreError, WrongExpectedVersion
 
 __all__ = ["AppendOutcome", "EventRow", "GroupPlan", "LogView", "StoredEvent", "plan_group"]
 

@@ -36,10 +36,10 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
 
-from eventstore._chain import GENESIS_HASH, from_epoch_micros, now_micros
-from eventstore._encoding import PreparedAppend
-from eventstore._libpq import check_result
-from eventstore._planner import (
+from fleetledger.eventstore._chain import GENESIS_HASH, from_epoch_micros, now_micros
+from fleetledger.eventstore._encoding import PreparedAppend
+from fleetledger.eventstore._libpq import check_result
+from fleetledger.eventstore._planner import (
     AppendOutcome,
     EventRow,
     GroupPlan,
@@ -47,7 +47,7 @@ from eventstore._planner import (
     StoredEvent,
     plan_group,
 )
-from eventstore.errors import StoreUnavailable
+from fleetledger.eventstore.errors import StoreUnavailable
 
 __all__ = ["NOTIFY_CHANNEL", "PostgresAppender"]
 

@@ -23,16 +23,16 @@ import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from eventstore._chain import now_micros
-from eventstore._encoding import PreparedAppend
-from eventstore._engine import SQLITE_IMMEDIATE, is_sqlite, libpq_conninfo, make_engine
-from eventstore._planner import AppendOutcome
-from eventstore._postgres_append import NOTIFY_CHANNEL, PostgresAppender
-from eventstore._schema import SCHEMA_REVISION, checkpoints, events, snapshots
-from eventstore._sqlite_append import append_in_transaction
-from eventstore._types import RecordedEvent, Snapshot
-from eventstore._wakeups import Notifier
-from eventstore.errors import (
+from fleetledger.eventstore._chain import now_micros
+from fleetledger.eventstore._encoding import PreparedAppend
+from fleetledger.eventstore._engine import SQLITE_IMMEDIATE, is_sqlite, libpq_conninfo, make_engine
+from fleetledger.eventstore._planner import AppendOutcome
+from fleetledger.eventstore._postgres_append import NOTIFY_CHANNEL, PostgresAppender
+from fleetledger.eventstore._schema import SCHEMA_REVISION, checkpoints, events, snapshots
+from fleetledger.eventstore._sqlite_append import append_in_transaction
+from fleetledger.eventstore._types import RecordedEvent, Snapshot
+from fleetledger.eventstore._wakeups import Notifier
+from fleetledger.eventstore.errors import (
     EventStoreError,
     SchemaOutOfDate,
     StoreUnavailable,

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from eventstore._chain import from_epoch_micros
-from eventstore._encoding import PreparedAppend
-from eventstore._planner import AppendOutcome, LogView, StoredEvent, plan_group
-from eventstore._schema import events, streams
+from fleetledger.eventstore._chain import from_epoch_micros
+from fleetledger.eventstore._encoding import PreparedAppend
+from fleetledger.eventstore._planner import AppendOutcome, LogView, StoredEvent, plan_group
+from fleetledger.eventstore._schema import events, streams
 
 __all__ = ["append_in_transaction"]
 

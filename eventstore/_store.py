@@ -12,19 +12,19 @@ from typing import Any
 import sqlalchemy as sa
 import structlog
 
-from eventstore._chain import GENESIS_HASH, chain_hash, epoch_micros
-from eventstore._encoding import (
+from fleetledger.eventstore._chain import GENESIS_HASH, chain_hash, epoch_micros
+from fleetledger.eventstore._encoding import (
     DEFAULT_MAX_EVENT_BYTES,
     PreparedAppend,
     canonical_json,
     prepare_append,
     prepare_many,
 )
-from eventstore._groupcommit import GroupCommitter
-from eventstore._planner import AppendOutcome
-from eventstore._sql import SqlBackend
-from eventstore._subscriptions import Handler, Subscription
-from eventstore._types import (
+from fleetledger.eventstore._groupcommit import GroupCommitter
+from fleetledger.eventstore._planner import AppendOutcome
+from fleetledger.eventstore._sql import SqlBackend
+from fleetledger.eventstore._subscriptions import Handler, Subscription
+from fleetledger.eventstore._types import (
     ANY,
     AppendResult,
     ExpectedVersion,
@@ -34,8 +34,8 @@ from eventstore._types import (
     StreamAppend,
     VerifyReport,
 )
-from eventstore._upcasting import Upcasters
-from eventstore.errors import EventStoreError, InvalidEvent
+from fleetledger.eventstore._upcasting import Upcasters
+from fleetledger.eventstore.errors import EventStoreError, InvalidEvent
 
 __all__ = ["EventStore"]
 
@@ -47,8 +47,8 @@ _VERIFY_PAGE = 5000
 class EventStore:
     """An append-only log of streams of JSON events with a global order.
 
-    Thread-safe. Create it with :func:`eventstore.open_store`; close it when done (or use it as a
-    context manager).
+    Thread-safe. Create it with :func:`fleetledger.eventstore.open_store`; close it when done (or
+    use it as a context manager).
     """
 
     def __init__(

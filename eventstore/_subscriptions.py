@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 import structlog
 
-from eventstore._types import RecordedEvent
-from eventstore.errors import InvalidEvent, SubscriptionFailed
+from fleetledger.eventstore._types import RecordedEvent
+from fleetledger.eventstore.errors import InvalidEvent, SubscriptionFailed
 
 if TYPE_CHECKING:
-    from eventstore._store import EventStore
+    from fleetledger.eventstore._store import EventStore
 
 __all__ = ["Handler", "Subscription"]
 

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import structlog
 
-from eventstore._libpq import check_result
+from fleetledger.eventstore._libpq import check_result
 
 __all__ = ["DEFAULT_WINDOW_SECONDS", "Notifier"]
 

@@ -14,9 +14,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-import migrations
-from eventstore._engine import make_engine, normalise_url, resolve_url
-from eventstore.errors import StoreUnavailable
+from fleetledger import migrations
+from fleetledger.eventstore._engine import make_engine, normalise_url, resolve_url
+from fleetledger.eventstore.errors import StoreUnavailable
 
 __all__ = ["current_revision", "downgrade", "head_revision", "upgrade"]
 

@@ -1,7 +1,7 @@
 """Throwaway Postgres databases: created on a server, dropped afterwards.
 
-Used by the pytest plugin (:mod:`eventstore.testing`), our own tests and ``fleetledger bench
-store``, which must never write into the log it is pointed at.
+Used by the pytest plugin (:mod:`fleetledger.eventstore.testing`), our own tests and ``fleetledger
+bench store``, which must never write into the log it is pointed at.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ makes these fixtures available:
   else the local server at 127.0.0.1:5432 (user ``postgres``). When none is reachable the
   Postgres tests are skipped with the reason — unless ``CI=true``, where that is a failure.
 - ``postgres_url`` / ``sqlite_url``: a fresh database, migrated to head, dropped afterwards.
-- ``postgres_store`` / ``sqlite_store``: an open :class:`~eventstore.EventStore` on it.
+- ``postgres_store`` / ``sqlite_store``: an open :class:`~fleetledger.eventstore.EventStore` on it.
 
 Each test gets its own database, cloned from a migrated template made once per run, so tests
 cannot see each other's events and cloning costs milliseconds instead of a migration.
@@ -25,8 +25,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from eventstore import EventStore, migrate, open_store
-from eventstore.scratch import scratch_postgres_database
+from fleetledger.eventstore import EventStore, migrate, open_store
+from fleetledger.eventstore.scratch import scratch_postgres_database
 
 __all__ = [
     "eventstore_postgres_server",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from eventstore._engine import SQLITE_IMMEDIATE, make_engine
+from fleetledger.eventstore._engine import SQLITE_IMMEDIATE, make_engine
 
 MIGRATION_LOCK_KEY = 4_242_000
 

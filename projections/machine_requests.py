@@ -29,16 +29,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from domain.codec import from_data
-from domain.grouper import BatchSealed, MachineRequested
-from domain.machine_batch import (
+from fleetledger.domain.codec import from_data
+from fleetledger.domain.grouper import BatchSealed, MachineRequested
+from fleetledger.domain.machine_batch import (
     BatchDispatched,
     MachineCreated,
     MachineError,
     MachineFailed,
     MachineNotFound,
 )
-from eventstore import EventStore, RecordedEvent
+from fleetledger.eventstore import EventStore, RecordedEvent
 
 __all__ = [
     "MachineRequestsProjection",

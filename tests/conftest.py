@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from eventstore import EventStore
+from fleetledger.eventstore import EventStore
 
 BACKENDS = ("sqlite", "postgres")
 

@@ -9,11 +9,14 @@ import pytest
 
 DOMAIN = Path(__file__).resolve().parent.parent / "domain"
 
+# fleetledger's own outer layers: the domain may import only fleetledger.domain.
+FORBIDDEN_PACKAGES = {
+    "fleetledger.eventstore",
+    "fleetledger.projections",
+    "fleetledger.adapters",
+    "fleetledger.migrations",
+}
 FORBIDDEN_MODULES = {
-    "eventstore",
-    "projections",
-    "adapters",
-    "migrations",
     "sqlalchemy",
     "psycopg",
     "alembic",
@@ -40,6 +43,10 @@ def _domain_files() -> list[Path]:
     return sorted(DOMAIN.rglob("*.py"))
 
 
+def _within(name: str, packages: set[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
 def _violations(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found = []
@@ -47,12 +54,18 @@ def _violations(path: Path) -> list[str]:
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            names = [node.module or ""] if node.level == 0 else []
+            # "from fleetledger import adapters" names the package in the alias.
+            module = node.module or ""
+            names = [module, *(f"{module}.{a.name}" for a in node.names)] if node.level == 0 else []
         else:
             names = []
-        for name in names:
-            if name.split(".")[0] in FORBIDDEN_MODULES:
-                found.append(f"{path.name}:{getattr(node, 'lineno', '?')} imports {name}")
+        forbidden = [
+            name
+            for name in names
+            if name.split(".")[0] in FORBIDDEN_MODULES or _within(name, FORBIDDEN_PACKAGES)
+        ]
+        if forbidden:
+            found.append(f"{path.name}:{getattr(node, 'lineno', '?')} imports {forbidden[0]}")
         if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
             found.append(f"{path.name}:{node.lineno} uses .{node.attr}")
         if (
@@ -79,7 +92,9 @@ class TestDomainPurity:
         bad = tmp_path / "bad.py"
         bad.write_text(
             "import time\nfrom sqlalchemy import select\nimport datetime\n"
-            "x = datetime.datetime.now()\nopen('f')\n",
+            "x = datetime.datetime.now()\nopen('f')\n"
+            "from fleetledger.eventstore import NewEvent\nimport fleetledger.adapters.cli\n"
+            "from fleetledger.domain import grouper\nfrom fleetledger import projections\n",
             encoding="utf-8",
         )
-        assert len(_violations(bad)) == 4
+        assert len(_violations(bad)) == 7

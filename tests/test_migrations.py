@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from eventstore import SchemaOutOfDate, migrate, open_store
-from eventstore._schema import SCHEMA_REVISION
+from fleetledger.eventstore import SchemaOutOfDate, migrate, open_store
+from fleetledger.eventstore._schema import SCHEMA_REVISION
 from tests.eventstore.support import new_events, postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent

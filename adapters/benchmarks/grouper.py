@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from domain.grouper import (
+from fleetledger.domain.grouper import (
     BatchSealed,
     GrouperCommand,
     GrouperConfig,
@@ -33,7 +33,7 @@ from domain.grouper import (
     evolve,
     initial_state,
 )
-from domain.template import MachineTemplate, template_hash
+from fleetledger.domain.template import MachineTemplate, template_hash
 
 __all__ = ["GrouperBenchReport", "TARGET_REQUESTS_PER_SECOND", "run_grouper_bench"]
 

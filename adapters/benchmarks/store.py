@@ -31,9 +31,9 @@ from typing import Any
 
 import structlog
 
-from eventstore import ANY, EventStore, NewEvent, migrate, open_store
-from eventstore._engine import libpq_conninfo, normalise_url, resolve_url
-from eventstore.scratch import scratch_postgres_database
+from fleetledger.eventstore import ANY, EventStore, NewEvent, migrate, open_store
+from fleetledger.eventstore._engine import libpq_conninfo, normalise_url, resolve_url
+from fleetledger.eventstore.scratch import scratch_postgres_database
 
 __all__ = ["Measurement", "StoreBenchReport", "run_store_bench"]
 

@@ -39,8 +39,8 @@ from urllib.parse import quote
 from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceResponseError
 from azure.core.rest import HttpRequest, HttpResponse
 
-from adapters.clock import Clock, SystemClock
-from domain.template import MachineTemplate
+from fleetledger.adapters.clock import Clock, SystemClock
+from fleetledger.domain.template import MachineTemplate
 
 from .arm import provisioning_status, sole_zone
 from .errors import CloudError, classify_arm_error, from_azure_error, retry_after_seconds

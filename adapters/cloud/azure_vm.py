@@ -36,7 +36,7 @@ from azure.core.polling import LROPoller
 from azure.core.polling.base_polling import OperationFailed
 from azure.mgmt.compute import models as compute
 
-from domain.template import MachineTemplate, template_hash
+from fleetledger.domain.template import MachineTemplate, template_hash
 
 from .arm import provisioning_status, sole_zone
 from .errors import CloudError, UnknownCloudError, classify_arm_error, from_azure_error

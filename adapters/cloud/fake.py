@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from adapters.clock import Clock, SystemClock
+from fleetledger.adapters.clock import Clock, SystemClock
 
 from .errors import (
     CloudError,

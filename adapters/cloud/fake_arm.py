@@ -17,7 +17,8 @@ Served resources (one server per test; machine names are shared across the two A
 Every create answers ``201`` with ``Azure-AsyncOperation``/``Location`` and ``Retry-After: 0``; its
 operation reports ``InProgress`` ``polls_before_done`` times, then the outcome. The AKS batch
 operation's final body lists the machines it created and carries per-machine failures as ARM error
-``details`` whose ``target`` is the machine name (the shape :mod:`adapters.cloud.aks` parses).
+``details`` whose ``target`` is the machine name (the shape :mod:`fleetledger.adapters.cloud.aks`
+parses).
 
 Scripts: :meth:`~FakeArmServer.set_quota`, :meth:`~FakeArmServer.gate_puts`, and, each consumed
 once, :meth:`~FakeArmServer.fail_async`, :meth:`~FakeArmServer.lose_response`,

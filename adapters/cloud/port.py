@@ -25,8 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from domain.machine_batch import batch_put_machine_header as domain_batch_put_machine_header
-from domain.template import MachineTemplate
+from fleetledger.domain.machine_batch import (
+    batch_put_machine_header as domain_batch_put_machine_header,
+)
+from fleetledger.domain.template import MachineTemplate
 
 from .errors import CloudError
 
@@ -176,10 +178,10 @@ class CloudMachines(Protocol):
 def batch_put_machine_header(machines: Sequence[MachineSpec]) -> dict[str, object]:
     """The ``BatchPutMachine`` header object for ``machines``, every machine in order.
 
-    Built by :func:`domain.machine_batch.batch_put_machine_header`, the one implementation of the
-    shape (the coordinator records the header it sends from the same function):
-    ``{"vmSkus": {"value": []}, "batchMachines": [{"machineName", "zones", "tags"}, …]}``, absent
-    zones ``[]`` and absent tags ``{}``, never omitted.
+    Built by :func:`fleetledger.domain.machine_batch.batch_put_machine_header`, the one
+    implementation of the shape (the coordinator records the header it sends from the same
+    function): ``{"vmSkus": {"value": []}, "batchMachines": [{"machineName", "zones", "tags"},
+    …]}``, absent zones ``[]`` and absent tags ``{}``, never omitted.
     """
     return domain_batch_put_machine_header(machines)
 

@@ -14,10 +14,10 @@ request (a machine name in use, a request id reused with other content; nothing 
 ``404`` for an unknown request id, ``503`` (with ``Retry-After``) while the log is unreachable or
 the runtime is not running.
 
-Reads come from the runtime's read model (:mod:`projections.machine_requests`). A ``POST`` returns
-only once the read model has folded what it appended, so a ``GET`` right after it finds the
-request. The long-poll awaits a future the read model resolves when the request reaches its
-outcome: no thread is held and no loop polls while a client waits.
+Reads come from the runtime's read model (:mod:`fleetledger.projections.machine_requests`). A
+``POST`` returns only once the read model has folded what it appended, so a ``GET`` right after it
+finds the request. The long-poll awaits a future the read model resolves when the request reaches
+its outcome: no thread is held and no loop polls while a client waits.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from fastapi import FastAPI, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from adapters.machines import (
+from fleetledger.adapters.machines import (
     InvalidRequest,
     LogContention,
     LogUnavailable,
@@ -41,7 +41,7 @@ from adapters.machines import (
     RequestRejected,
     RuntimeStopped,
 )
-from domain.errors import InvalidCommand
+from fleetledger.domain.errors import InvalidCommand
 
 from .models import AcceptedResponse, MachineRequestBody, MachinesBody, MachineStatusResponse
 

@@ -1,9 +1,9 @@
 """The HTTP API's bodies: pydantic models, validated once at the edge.
 
 ``POST /v1/machines`` takes ``{"requests": [<request>, …]}`` or a single ``<request>`` object
-(wrapped into a list of one before validation, so errors always point into ``requests``). The
-models forbid unknown fields — a typo in a template field would otherwise split batches silently
-(the same reason :meth:`domain.template.MachineTemplate.from_data` refuses unknown keys).
+(wrapped into a list of one before validation, so errors always point into ``requests``). The models
+forbid unknown fields — a typo in a template field would otherwise split batches silently (the same
+reason :meth:`fleetledger.domain.template.MachineTemplate.from_data` refuses unknown keys).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from adapters.machines import MachineRequest
-from domain.template import MachineTemplate
+from fleetledger.adapters.machines import MachineRequest
+from fleetledger.domain.template import MachineTemplate
 
 __all__ = [
     "AcceptedResponse",

@@ -2,19 +2,21 @@
 
 The vertical slice of PRODUCT.md §4.1 — a request goes domain → log → reactor → cloud → outcome::
 
-    from adapters.machines import MachineRequest, MachinesRuntime, skip_batching
+    from fleetledger.adapters.machines import MachineRequest, MachinesRuntime, skip_batching
     with MachinesRuntime(store, FakeCloud()) as runtime:
         future = runtime.machines.enqueue(MachineRequest(machine_name="m-1", template=template))
         outcome = future.result(timeout=30)
 
-Modules, one job each: :mod:`~adapters.machines.service` (decide and append grouper commands),
-:mod:`~adapters.machines.coordinator` (execute sealed batches against the cloud port),
-:mod:`~adapters.machines.driver` (the grouper's clock), :mod:`~adapters.machines.facade`
-(enqueue → future), :mod:`~adapters.machines.runtime` (the wiring),
-:mod:`~adapters.machines.records` (events ⇄ log records with idempotent ids),
-:mod:`~adapters.machines.streams` (stream names),
-:mod:`~adapters.machines.context` (skip-batching flag and batch metadata),
-:mod:`~adapters.machines.clouds` (choosing the cloud adapter), :mod:`~adapters.machines.errors`.
+Modules, one job each: :mod:`~fleetledger.adapters.machines.service` (decide and append grouper
+commands), :mod:`~fleetledger.adapters.machines.coordinator` (execute sealed batches against the
+cloud port), :mod:`~fleetledger.adapters.machines.driver` (the grouper's clock),
+:mod:`~fleetledger.adapters.machines.facade` (enqueue → future),
+:mod:`~fleetledger.adapters.machines.runtime` (the wiring),
+:mod:`~fleetledger.adapters.machines.records` (events ⇄ log records with idempotent ids),
+:mod:`~fleetledger.adapters.machines.streams` (stream names),
+:mod:`~fleetledger.adapters.machines.context` (skip-batching flag and batch metadata),
+:mod:`~fleetledger.adapters.machines.clouds` (choosing the cloud adapter),
+:mod:`~fleetledger.adapters.machines.errors`.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 ``append_decision`` is the one way this package writes. A ``StoreUnavailable`` means the outcome is
 unknown, so the very same records are sent again (their deterministic ids, see
-:mod:`adapters.machines.records`, turn a landed first attempt into a replay), with exponential
-back-off on the injected clock. ``WrongExpectedVersion`` is not retried here: only the caller can
-reload its stream and decide again.
+:mod:`fleetledger.adapters.machines.records`, turn a landed first attempt into a replay), with
+exponential back-off on the injected clock. ``WrongExpectedVersion`` is not retried here: only the
+caller can reload its stream and decide again.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from adapters.clock import Clock
-from eventstore import AppendResult, EventStore, StoreUnavailable, StreamAppend
+from fleetledger.adapters.clock import Clock
+from fleetledger.eventstore import AppendResult, EventStore, StoreUnavailable, StreamAppend
 
 from .errors import LogUnavailable
 

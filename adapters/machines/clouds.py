@@ -1,10 +1,10 @@
 """Choosing the ``CloudMachines`` adapter the runtime talks to: the fake, plain VMs, or AKS.
 
-The fake needs nothing. The real adapters read their settings from the environment, so a
-deployment configures them once (and no secret ever sits on a command line); credentials come from
-``azure.identity.DefaultAzureCredential`` (workload identity, managed identity, ``az login``…).
-A missing setting raises :class:`~adapters.machines.errors.CloudNotConfigured` naming every
-variable to set, before anything is started.
+The fake needs nothing. The real adapters read their settings from the environment, so a deployment
+configures them once (and no secret ever sits on a command line); credentials come from
+``azure.identity.DefaultAzureCredential`` (workload identity, managed identity, ``az login``…). A
+missing setting raises :class:`~fleetledger.adapters.machines.errors.CloudNotConfigured` naming
+every variable to set, before anything is started.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from adapters.clock import Clock
-from adapters.cloud import CloudMachines, FakeCloud
+from fleetledger.adapters.clock import Clock
+from fleetledger.adapters.cloud import CloudMachines, FakeCloud
 
 from .coordinator import DispatchMode
 from .errors import CloudNotConfigured
@@ -82,7 +82,7 @@ def _azure_vm(settings: dict[str, str]) -> CloudChoice:
     from azure.identity import DefaultAzureCredential
     from azure.mgmt.compute import ComputeManagementClient
 
-    from adapters.cloud.azure_vm import AzureVmCloud, VmProfile
+    from fleetledger.adapters.cloud.azure_vm import AzureVmCloud, VmProfile
 
     client = ComputeManagementClient(
         DefaultAzureCredential(), settings["FLEETLEDGER_AZURE_SUBSCRIPTION_ID"]
@@ -109,7 +109,7 @@ def _aks(settings: dict[str, str], clock: Clock) -> CloudChoice:
         ) from e
     from azure.identity import DefaultAzureCredential
 
-    from adapters.cloud.aks import AksMachinesCloud
+    from fleetledger.adapters.cloud.aks import AksMachinesCloud
 
     client = ContainerServiceClient(
         DefaultAzureCredential(), settings["FLEETLEDGER_AZURE_SUBSCRIPTION_ID"]

@@ -1,21 +1,22 @@
 """The Coordinator reactor: executes sealed batches against a ``CloudMachines`` port.
 
 One batch, one stream (``vmbatch-<grouper>-<batch_id>``), opened by the service in the same append
-as the grouper's ``BatchSealed``. Executing it follows the rules of :mod:`domain.machine_batch`:
+as the grouper's ``BatchSealed``. Executing it follows the rules of
+:mod:`fleetledger.domain.machine_batch`:
 
 1. **Read before retry.** Machines dispatched earlier but without an outcome are *in doubt* (the
    process may have died mid-call): read each one and record what the read saw. Never re-create
    blindly; a machine that is not found goes back to "to dispatch".
 2. **Record the dispatch before the call.** ``RecordDispatch`` (with the exact ``BatchPutMachine``
-   header, built by :func:`domain.machine_batch.encode_batch_put_machine_header` from
+   header, built by :func:`fleetledger.domain.machine_batch.encode_batch_put_machine_header` from
    ``machines_to_dispatch``; ``header=None`` for per-machine PUT adapters) is appended first, then
    ``create_batch`` is called once for the whole batch.
 3. **Results per machine.** Created and failed machines are recorded; machines missing from both
-   maps stay unresolved and go through step 1 — the original treated them as created.
-   A raised :class:`~adapters.cloud.CloudError` proves nothing was created, so it fails every
+   maps stay unresolved and go through step 1 — the original treated them as created. A raised
+   :class:`~fleetledger.adapters.cloud.CloudError` proves nothing was created, so it fails every
    unresolved request (``RecordCallFailure``) with that classified error; its ``retryable`` and
-   ``retry_after`` reach the requester, who decides whether to ask again. Any other exception
-   leaves the outcome unknown: the machines are read.
+   ``retry_after`` reach the requester, who decides whether to ask again. Any other exception leaves
+   the outcome unknown: the machines are read.
 4. **Completion.** When ``BatchCompleted`` is recorded, the outcomes go to the grouper
    (``on_complete`` → ``RecordBatchOutcomes``), which resolves the callers' futures.
 
@@ -24,9 +25,9 @@ then settles the in-doubt machines and step 2 dispatches only what was never sen
 as missing, up to the batch's ``max_attempts``. Create-only cloud semantics make a re-sent create
 of an existing name report that machine instead of making a second one.
 
-Concurrency: batches run on a :class:`~adapters.machines.runners.TaskRunner` (the bound on calls
-in flight); one batch never runs twice at once in this process. Two processes working the same
-batch would both be safe (expected versions, create-only), but wasteful: run one leader.
+Concurrency: batches run on a :class:`~fleetledger.adapters.machines.runners.TaskRunner` (the bound
+on calls in flight); one batch never runs twice at once in this process. Two processes working the
+same batch would both be safe (expected versions, create-only), but wasteful: run one leader.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from typing import Literal
 
 import structlog
 
-from adapters.clock import Clock
-from adapters.cloud import (
+from fleetledger.adapters.clock import Clock
+from fleetledger.adapters.cloud import (
     BatchCreate,
     CloudError,
     CloudMachines,
@@ -47,9 +48,9 @@ from adapters.cloud import (
     MachineSpec,
     ProgressNote,
 )
-from domain import machine_batch
-from domain.errors import Rejected
-from domain.machine_batch import (
+from fleetledger.domain import machine_batch
+from fleetledger.domain.errors import Rejected
+from fleetledger.domain.machine_batch import (
     ERROR_CODES,
     BatchCommand,
     BatchCompleted,
@@ -68,7 +69,7 @@ from domain.machine_batch import (
     resume_token,
     unresolved_machines,
 )
-from eventstore import EventStore, StreamAppend, WrongExpectedVersion
+from fleetledger.eventstore import EventStore, StreamAppend, WrongExpectedVersion
 
 from .appends import RetryPolicy, append_decision
 from .context import BatchMetadata, batch_metadata

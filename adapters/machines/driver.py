@@ -19,7 +19,7 @@ from datetime import datetime
 
 import structlog
 
-from adapters.clock import Clock
+from fleetledger.adapters.clock import Clock
 
 from .service import MachineService
 

@@ -39,8 +39,9 @@ class Machines:
     def enqueue(self, request: MachineRequest) -> Future[MachineOutcome]:
         """Append ``request`` and return a future of its outcome.
 
-        Raises :class:`~adapters.machines.errors.InvalidRequest` /
-        :class:`~adapters.machines.errors.RequestRejected` at once when it cannot be accepted.
+        Raises :class:`~fleetledger.adapters.machines.errors.InvalidRequest` /
+        :class:`~fleetledger.adapters.machines.errors.RequestRejected` at once when it cannot be
+        accepted.
         """
         return self.enqueue_many([request])[0]
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import structlog
 
-from eventstore import EventStore
+from fleetledger.eventstore import EventStore
 
 __all__ = ["LogFollower", "ReadModel"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from domain.template import MachineTemplate
+from fleetledger.domain.template import MachineTemplate
 
 from .errors import InvalidRequest
 
@@ -21,7 +21,7 @@ class MachineRequest:
     ``tags`` may be a mapping or (key, value) pairs; :attr:`tag_pairs` is their one canonical
     form. ``request_id`` names this attempt and makes a re-sent request idempotent; ``None`` lets
     the service pick a fresh one. ``skip_batching=None`` takes the flag from the context
-    (:func:`adapters.machines.context.skip_batching`); ``True``/``False`` overrides it.
+    (:func:`fleetledger.adapters.machines.context.skip_batching`); ``True``/``False`` overrides it.
     """
 
     machine_name: str

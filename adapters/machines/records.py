@@ -23,9 +23,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Final
 
-from domain import grouper, machine_batch
-from domain.codec import CodecError, from_data, to_data
-from eventstore import NewEvent, RecordedEvent
+from fleetledger.domain import grouper, machine_batch
+from fleetledger.domain.codec import CodecError, from_data, to_data
+from fleetledger.eventstore import NewEvent, RecordedEvent
 
 __all__ = [
     "EVENT_ID_NAMESPACE",

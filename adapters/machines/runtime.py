@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import structlog
 
-from adapters.clock import Clock, SystemClock
-from adapters.cloud import CloudMachines
-from domain.grouper import GrouperConfig
-from domain.machine_batch import DEFAULT_MAX_ATTEMPTS
-from eventstore import EventStore
-from projections.machine_requests import MachineRequestsProjection
+from fleetledger.adapters.clock import Clock, SystemClock
+from fleetledger.adapters.cloud import CloudMachines
+from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.domain.machine_batch import DEFAULT_MAX_ATTEMPTS
+from fleetledger.eventstore import EventStore
+from fleetledger.projections.machine_requests import MachineRequestsProjection
 
 from .appends import RetryPolicy
 from .coordinator import Coordinator, CoordinatorOptions

@@ -31,10 +31,10 @@ from datetime import datetime
 
 import structlog
 
-from adapters.clock import Clock
-from domain import grouper, machine_batch
-from domain.errors import InvalidCommand, Rejected
-from domain.grouper import (
+from fleetledger.adapters.clock import Clock
+from fleetledger.domain import grouper, machine_batch
+from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.grouper import (
     BatchSealed,
     GrouperCommand,
     GrouperConfig,
@@ -46,8 +46,13 @@ from domain.grouper import (
     Shutdown,
     Tick,
 )
-from domain.machine_batch import DEFAULT_MAX_ATTEMPTS, MachineCreated, MachineFailed, OpenBatch
-from eventstore import NO_STREAM, EventStore, StreamAppend, WrongExpectedVersion
+from fleetledger.domain.machine_batch import (
+    DEFAULT_MAX_ATTEMPTS,
+    MachineCreated,
+    MachineFailed,
+    OpenBatch,
+)
+from fleetledger.eventstore import NO_STREAM, EventStore, StreamAppend, WrongExpectedVersion
 
 from .appends import RetryPolicy, append_decision
 from .context import should_skip_batching

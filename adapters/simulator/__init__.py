@@ -4,7 +4,7 @@
 (service, coordinator, driver, read model) on virtual time against the fake cloud and reports
 API calls, batching ratio, latency added by batching and outcomes; ``--compare naive`` runs the
 same arrivals with batching off. Later issues register more scenarios
-(:func:`~adapters.simulator.scenarios.register_scenario`).
+(:func:`~fleetledger.adapters.simulator.scenarios.register_scenario`).
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from random import Random
 
-from adapters.cloud import CapacityUnavailable, FakeCloud, QuotaExceeded
-from adapters.machines import MachineRequest
-from domain.template import MachineTemplate
+from fleetledger.adapters.cloud import CapacityUnavailable, FakeCloud, QuotaExceeded
+from fleetledger.adapters.machines import MachineRequest
+from fleetledger.domain.template import MachineTemplate
 
 from .scenarios import Arrival, Injection, Scenario, Script, register_scenario
 

@@ -1,12 +1,13 @@
 """The scenario runner: executes a script on virtual time against the fake cloud, then reports.
 
-It runs the real runtime — :class:`~adapters.machines.MachineService`, the
-:class:`~adapters.machines.Coordinator`, the driver's :meth:`~adapters.machines.GrouperDriver.step`
-and the read model — with :class:`~adapters.simulator.virtual_time.VirtualTime` as both their clock
-and the coordinator's task runner, and the :class:`~adapters.cloud.FakeCloud` sleeping its latency
-on that same clock. The loop is a discrete-event simulation: at each step it lets the running
-batches settle, then jumps to the earliest of the next parked task's wake-up, the grouper's next
-deadline, and the next scripted arrival or injection (in that order on ties), and does it.
+It runs the real runtime — :class:`~fleetledger.adapters.machines.MachineService`, the
+:class:`~fleetledger.adapters.machines.Coordinator`, the driver's
+:meth:`~fleetledger.adapters.machines.GrouperDriver.step` and the read model — with
+:class:`~fleetledger.adapters.simulator.virtual_time.VirtualTime` as both their clock and the
+coordinator's task runner, and the :class:`~fleetledger.adapters.cloud.FakeCloud` sleeping its
+latency on that same clock. The loop is a discrete-event simulation: at each step it lets the
+running batches settle, then jumps to the earliest of the next parked task's wake-up, the grouper's
+next deadline, and the next scripted arrival or injection (in that order on ties), and does it.
 
 The log is embedded SQLite by default: a fresh scratch file per run, in RAM-backed ``/dev/shm``
 when there is one (a throwaway log gains nothing from ``fsync``), removed afterwards. With ``url``
@@ -30,7 +31,7 @@ from random import Random
 
 import structlog
 
-from adapters.cloud import (
+from fleetledger.adapters.cloud import (
     BatchCreate,
     BatchCreateResult,
     CloudMachines,
@@ -38,9 +39,9 @@ from adapters.cloud import (
     MachineObservation,
     ProgressNote,
 )
-from adapters.machines import MachineRequest, MachinesRuntime
-from eventstore import EventStore, migrate, open_store
-from projections.machine_requests import RequestView
+from fleetledger.adapters.machines import MachineRequest, MachinesRuntime
+from fleetledger.eventstore import EventStore, migrate, open_store
+from fleetledger.projections.machine_requests import RequestView
 
 from .report import ComparisonReport, Latency, SimulationReport
 from .scenarios import Script, get_scenario

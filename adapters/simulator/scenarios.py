@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from random import Random
 
-from adapters.cloud import FakeCloud
-from adapters.machines import MachineRequest
-from domain.grouper import GrouperConfig
+from fleetledger.adapters.cloud import FakeCloud
+from fleetledger.adapters.machines import MachineRequest
+from fleetledger.domain.grouper import GrouperConfig
 
 __all__ = [
     "DEFAULT_CONFIG",

@@ -5,10 +5,12 @@ The runtime's code waits in two ways — the grouper driver waits for a deadline
 must run that very code, with batches overlapping in time, yet stay deterministic and take no real
 time. :class:`VirtualTime` does it as a discrete-event scheduler over ordinary threads:
 
-- it is the coordinator's :class:`~adapters.machines.runners.TaskRunner`: ``submit`` queues a
+- it is the coordinator's :class:`~fleetledger.adapters.machines.runners.TaskRunner`: ``submit``
+  queues a
   batch execution, started (on its own thread) when the scheduler says so, at most
   ``max_concurrent`` at once — the bound on cloud calls in flight;
-- it is the :class:`~adapters.clock.Clock` those tasks see: ``sleep`` parks the calling task until
+- it is the :class:`~fleetledger.adapters.clock.Clock` those tasks see: ``sleep`` parks the calling
+  task until
   the scheduler has moved virtual time to its wake-up;
 - **exactly one task runs at any moment**: :meth:`settle` starts or wakes one task and waits until
   it parks or finishes before touching the next. Wake-ups are ordered by (time, order of the sleep
@@ -21,7 +23,7 @@ moves forward, as with ``ManualClock``.
 
 A task must not block on anything but the virtual clock (a lock held across a ``sleep`` by another
 task, a future of another task): only one task runs, so that would deadlock. The runtime's
-coordinator is written to that rule (see :mod:`adapters.machines.runners`).
+coordinator is written to that rule (see :mod:`fleetledger.adapters.machines.runners`).
 """
 
 from __future__ import annotations

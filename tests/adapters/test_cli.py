@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from adapters.cli import EXIT_ERROR, EXIT_TAMPERED, main
-from eventstore import NewEvent, migrate, open_store
+from fleetledger.adapters.cli import EXIT_ERROR, EXIT_TAMPERED, main
+from fleetledger.eventstore import NewEvent, migrate, open_store
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from adapters.clock import ManualClock, SystemClock
+from fleetledger.adapters.clock import ManualClock, SystemClock
 from tests.adapters.cloud.support import EPOCH
 
 

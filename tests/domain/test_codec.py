@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain import codec
-from domain.codec import (
+from fleetledger.domain import codec
+from fleetledger.domain.codec import (
     CodecError,
     event_type_of,
     from_data,
@@ -23,9 +23,9 @@ from domain.codec import (
     registered_event_types,
     to_data,
 )
-from domain.grouper import BatchMachine, BatchSealed, MachineRequested
-from domain.machine_batch import MachineFailed
-from domain.template import MachineTemplate, template_hash
+from fleetledger.domain.grouper import BatchMachine, BatchSealed, MachineRequested
+from fleetledger.domain.machine_batch import MachineFailed
+from fleetledger.domain.template import MachineTemplate, template_hash
 
 T0 = datetime(2025, 1, 1, 12, 30, 15, 123456, tzinfo=UTC)
 TEMPLATE = MachineTemplate(

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain import grouper
-from domain.errors import InvalidCommand, Rejected
-from domain.grouper import (
+from fleetledger.domain import grouper
+from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.grouper import (
     BatchMachine,
     BatchOutcomesRecorded,
     BatchSealed,
@@ -34,7 +34,7 @@ from domain.grouper import (
     pending_request_count,
     request_status,
 )
-from domain.template import MachineTemplate, template_hash
+from fleetledger.domain.template import MachineTemplate, template_hash
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 D4 = MachineTemplate(vm_size="Standard_D4s_v5")

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain import machine_batch
-from domain.errors import InvalidCommand, Rejected
-from domain.grouper import BatchMachine, BatchSealed
-from domain.machine_batch import (
+from fleetledger.domain import machine_batch
+from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.grouper import BatchMachine, BatchSealed
+from fleetledger.domain.machine_batch import (
     BatchCommand,
     BatchCompleted,
     BatchDispatched,
@@ -44,7 +44,7 @@ from domain.machine_batch import (
     status,
     unresolved_machines,
 )
-from domain.template import MachineTemplate, template_hash
+from fleetledger.domain.template import MachineTemplate, template_hash
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 TEMPLATE = MachineTemplate(vm_size="Standard_D4s_v5")

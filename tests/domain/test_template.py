@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from domain.errors import InvalidCommand
-from domain.template import MachineTemplate, template_hash
+from fleetledger.domain.errors import InvalidCommand
+from fleetledger.domain.template import MachineTemplate, template_hash
 
 SMALL = MachineTemplate(vm_size="Standard_D4s_v5")
 GPU = MachineTemplate(
@@ -64,7 +64,7 @@ class TestTemplateHash:
             "import json, sys\n"
             "sys.path.insert(0, sys.argv[1])\n"
             "from tests.domain.test_template import GOLDEN\n"
-            "from domain.template import template_hash\n"
+            "from fleetledger.domain.template import template_hash\n"
             "print(json.dumps({k: template_hash(t) for k, (t, _) in GOLDEN.items()}))\n"
         )
         root = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from eventstore import migrate
+from fleetledger.eventstore import migrate
 from tests.eventstore.support import FreshDatabase, postgres_database
 
 

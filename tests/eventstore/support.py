@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-import eventstore.scratch
-from eventstore import EventStore, NewEvent
+from fleetledger.eventstore import EventStore, NewEvent, scratch
 
 
 def new_events(count: int, *, type: str = "Tested", start: int = 0) -> list[NewEvent]:
@@ -44,8 +43,8 @@ def raw_rows(store: EventStore) -> list[dict[str, Any]]:
 
 
 # The tests use the same throwaway databases the plugin and the bench use.
-admin_engine = eventstore.scratch.admin_engine
-postgres_database = eventstore.scratch.scratch_postgres_database
+admin_engine = scratch.admin_engine
+postgres_database = scratch.scratch_postgres_database
 
 
 FreshDatabase = Callable[[], AbstractContextManager[str]]

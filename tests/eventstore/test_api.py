@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import eventstore
-from eventstore import errors
+from fleetledger import eventstore
+from fleetledger.eventstore import errors
 
 PUBLIC = {
     "ANY",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eventstore import (
+from fleetledger.eventstore import (
     ANY,
     NO_STREAM,
     STREAM_EXISTS,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from eventstore import (
+from fleetledger.eventstore import (
     EventStore,
     SchemaOutOfDate,
     StoreUnavailable,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from eventstore import EventStore, InvalidEvent, NewEvent, VerifyReport
+from fleetledger.eventstore import EventStore, InvalidEvent, NewEvent, VerifyReport
 from tests.eventstore.support import new_events
 
 TRIGGER = "fleetledger_events_append_only"

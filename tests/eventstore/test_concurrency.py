@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 import sqlalchemy as sa
 
-from eventstore import (
+from fleetledger.eventstore import (
     ANY,
     AppendResult,
     EventStore,

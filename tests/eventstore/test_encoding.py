@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from eventstore import (
+from fleetledger.eventstore import (
     EventStore,
     InvalidEvent,
     NewEvent,
     StreamAppend,
     open_store,
 )
-from eventstore._encoding import DEFAULT_MAX_EVENT_BYTES, canonical_json
+from fleetledger.eventstore._encoding import DEFAULT_MAX_EVENT_BYTES, canonical_json
 from tests.eventstore.support import new_events
 
 ONE_ID = uuid.UUID("00000000-0000-4000-8000-000000000001")

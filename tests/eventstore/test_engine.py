@@ -8,8 +8,8 @@ from datetime import UTC, timedelta
 import sqlalchemy as sa
 from psycopg.conninfo import conninfo_to_dict
 
-from eventstore import open_store
-from eventstore._engine import libpq_conninfo
+from fleetledger.eventstore import open_store
+from fleetledger.eventstore._engine import libpq_conninfo
 from tests.eventstore.support import new_events
 
 

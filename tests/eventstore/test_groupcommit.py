@@ -10,16 +10,16 @@ from typing import Any, TypeVar
 
 import pytest
 
-from eventstore import (
+from fleetledger.eventstore import (
     NO_STREAM,
     AppendResult,
     EventStore,
     NewEvent,
     WrongExpectedVersion,
 )
-from eventstore._encoding import PreparedAppend, prepare_append
-from eventstore._groupcommit import GroupCommitter
-from eventstore._planner import AppendOutcome
+from fleetledger.eventstore._encoding import PreparedAppend, prepare_append
+from fleetledger.eventstore._groupcommit import GroupCommitter
+from fleetledger.eventstore._planner import AppendOutcome
 from tests.eventstore.support import new_events
 
 RequestT = TypeVar("RequestT")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from eventstore import (
+from fleetledger.eventstore import (
     ANY,
     NO_STREAM,
     STREAM_EXISTS,

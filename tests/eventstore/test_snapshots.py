@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from eventstore import EventStore, InvalidEvent, Snapshot
+from fleetledger.eventstore import EventStore, InvalidEvent, Snapshot
 
 
 class TestSnapshots:

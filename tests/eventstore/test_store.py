@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from eventstore import (
+from fleetledger.eventstore import (
     ANY,
     NO_STREAM,
     STREAM_EXISTS,

@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
-from eventstore import (
+from fleetledger.eventstore import (
     EventStore,
     InvalidEvent,
     RecordedEvent,
@@ -146,7 +146,7 @@ class TestCheckpoint:
 
     def test_the_checkpoint_survives_reopening_the_store(self, store_url: str) -> None:
         """A checkpoint written by one store is read by a store opened later."""
-        from eventstore import open_store
+        from fleetledger.eventstore import open_store
 
         with open_store(store_url) as first:
             first.append("vm-1", new_events(4))

@@ -7,7 +7,7 @@ import pytest
 pytest_plugins = ["pytester"]
 
 USER_TESTS = """
-from eventstore import NO_STREAM, EventStore, NewEvent
+from fleetledger.eventstore import NO_STREAM, EventStore, NewEvent
 
 
 def test_postgres_store(postgres_store: EventStore) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from eventstore import EventStore, NewEvent, RecordedEvent, Upcasters, open_store
+from fleetledger.eventstore import EventStore, NewEvent, RecordedEvent, Upcasters, open_store
 from tests.eventstore.support import raw_rows
 
 

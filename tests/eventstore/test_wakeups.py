@@ -11,10 +11,10 @@ import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
 
-from eventstore import EventStore, RecordedEvent, open_store
-from eventstore._engine import libpq_conninfo
-from eventstore._postgres_append import NOTIFY_CHANNEL
-from eventstore._wakeups import Notifier
+from fleetledger.eventstore import EventStore, RecordedEvent, open_store
+from fleetledger.eventstore._engine import libpq_conninfo
+from fleetledger.eventstore._postgres_append import NOTIFY_CHANNEL
+from fleetledger.eventstore._wakeups import Notifier
 from tests.eventstore.support import new_events
 
 WAIT = 10.0

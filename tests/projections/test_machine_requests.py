@@ -7,12 +7,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from adapters.clock import ManualClock
-from adapters.cloud import CapacityUnavailable, FakeCloud
-from adapters.machines import MachinesRuntime, batch_stream_id, grouper_stream_id
-from adapters.machines.streams import batch_stream_prefix
-from eventstore import EventStore
-from projections.machine_requests import MachineRequestsProjection
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud import CapacityUnavailable, FakeCloud
+from fleetledger.adapters.machines import MachinesRuntime, batch_stream_id, grouper_stream_id
+from fleetledger.adapters.machines.streams import batch_stream_prefix
+from fleetledger.eventstore import EventStore
+from fleetledger.projections.machine_requests import MachineRequestsProjection
 from tests.adapters.machines.support import (
     D8,
     EPOCH,
@@ -193,8 +193,8 @@ class TestWaiting:
 class TestFollower:
     def test_a_running_runtime_keeps_its_model_current(self, sqlite_url: str) -> None:
         """The follower thread folds new events without being asked (woken by the append)."""
-        from adapters.clock import SystemClock
-        from eventstore import open_store
+        from fleetledger.adapters.clock import SystemClock
+        from fleetledger.eventstore import open_store
 
         with (
             contextlib.closing(open_store(sqlite_url)) as store,

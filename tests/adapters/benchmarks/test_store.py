@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.benchmarks.store import _batched, _compare
+from fleetledger.adapters.benchmarks.store import _batched, _compare
 
 
 class TestCompare:

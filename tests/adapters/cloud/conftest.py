@@ -8,10 +8,10 @@ import pytest
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.containerservice import ContainerServiceClient
 
-from adapters.clock import ManualClock
-from adapters.cloud.aks import AksMachinesCloud
-from adapters.cloud.azure_vm import AzureVmCloud
-from adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud.aks import AksMachinesCloud
+from fleetledger.adapters.cloud.azure_vm import AzureVmCloud
+from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 
 from .support import EPOCH, PROFILE, SUBSCRIPTION, ArmHarness, FakeHarness, Harness
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from adapters.clock import ManualClock
-from adapters.cloud import (
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud import (
     BatchCreate,
     CapacityUnavailable,
     CloudError,
@@ -20,9 +20,9 @@ from adapters.cloud import (
     FakeCloud,
     MachineSpec,
 )
-from adapters.cloud.azure_vm import VmProfile
-from adapters.cloud.fake_arm import FakeArmServer
-from domain.template import MachineTemplate
+from fleetledger.adapters.cloud.azure_vm import VmProfile
+from fleetledger.adapters.cloud.fake_arm import FakeArmServer
+from fleetledger.domain.template import MachineTemplate
 
 SUBSCRIPTION = "00000000-0000-0000-0000-0000000000aa"
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)

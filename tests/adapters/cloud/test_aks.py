@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.cloud import QuotaExceeded
-from adapters.cloud.aks import AksMachinesCloud
-from adapters.cloud.fake_arm import FakeArmServer
+from fleetledger.adapters.cloud import QuotaExceeded
+from fleetledger.adapters.cloud.aks import AksMachinesCloud
+from fleetledger.adapters.cloud.fake_arm import FakeArmServer
 
 from .support import batch
 

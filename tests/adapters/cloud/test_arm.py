@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.cloud.arm import provisioning_status, sole_zone
+from fleetledger.adapters.cloud.arm import provisioning_status, sole_zone
 
 
 class TestProvisioningStatus:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from azure.mgmt.compute import ComputeManagementClient
 
-from adapters.cloud import ProgressNote
-from adapters.cloud.azure_vm import TEMPLATE_HASH_TAG, AzureVmCloud
-from adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
-from domain.template import template_hash
+from fleetledger.adapters.cloud import ProgressNote
+from fleetledger.adapters.cloud.azure_vm import TEMPLATE_HASH_TAG, AzureVmCloud
+from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
+from fleetledger.domain.template import template_hash
 
 from .support import PROFILE, SUBSCRIPTION, TEMPLATE, batch
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.cloud import (
+from fleetledger.adapters.cloud import (
     CapacityUnavailable,
     ProgressNote,
     QuotaExceeded,

@@ -8,7 +8,7 @@ from email.utils import format_datetime
 import pytest
 from azure.core.exceptions import ServiceRequestError
 
-from adapters.cloud import (
+from fleetledger.adapters.cloud import (
     CapacityUnavailable,
     CloudError,
     QuotaExceeded,
@@ -18,7 +18,7 @@ from adapters.cloud import (
     classify_arm_error,
     from_azure_error,
 )
-from adapters.cloud.errors import retry_after_seconds
+from fleetledger.adapters.cloud.errors import retry_after_seconds
 
 
 class TestTree:

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from adapters.clock import ManualClock
-from adapters.cloud import (
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud import (
     FakeCloud,
     ProgressNote,
     QuotaExceeded,

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-import adapters.cloud
-from adapters.cloud import (
+from fleetledger.adapters import cloud
+from fleetledger.adapters.cloud import (
     BatchCreate,
     BatchCreateResult,
     MachineSpec,
@@ -15,8 +15,8 @@ from adapters.cloud import (
     batch_put_machine_header,
     encode_batch_put_machine_header,
 )
-from domain import machine_batch
-from domain.grouper import BatchMachine
+from fleetledger.domain import machine_batch
+from fleetledger.domain.grouper import BatchMachine
 
 from .support import TEMPLATE, batch
 
@@ -113,7 +113,7 @@ class TestBatchCreateResult:
 class TestPublicSurface:
     def test_exports_exactly_the_documented_names(self) -> None:
         """The package's public API changes only on purpose."""
-        assert sorted(adapters.cloud.__all__) == [
+        assert sorted(cloud.__all__) == [
             "BATCH_PUT_MACHINE_HEADER",
             "BatchCreate",
             "BatchCreateResult",
@@ -135,4 +135,4 @@ class TestPublicSurface:
             "encode_batch_put_machine_header",
             "from_azure_error",
         ]
-        assert all(hasattr(adapters.cloud, name) for name in adapters.cloud.__all__)
+        assert all(hasattr(cloud, name) for name in cloud.__all__)

@@ -10,12 +10,12 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from adapters.clock import SystemClock
-from adapters.cloud import FakeCloud, QuotaExceeded
-from adapters.http import create_app
-from adapters.machines import MachinesRuntime
-from domain.grouper import GrouperConfig
-from eventstore import EventStore, open_store
+from fleetledger.adapters.clock import SystemClock
+from fleetledger.adapters.cloud import FakeCloud, QuotaExceeded
+from fleetledger.adapters.http import create_app
+from fleetledger.adapters.machines import MachinesRuntime
+from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.eventstore import EventStore, open_store
 
 FAST = GrouperConfig(
     idle_timeout=timedelta(milliseconds=50),
@@ -232,7 +232,7 @@ class TestOnEveryBackend:
 
 class TestSurface:
     def test_exports(self) -> None:
-        """``adapters.http.__all__`` is the app factory and the wait cap."""
-        import adapters.http
+        """``http_adapter.__all__`` is the app factory and the wait cap."""
+        from fleetledger.adapters import http as http_adapter
 
-        assert sorted(adapters.http.__all__) == ["MAX_WAIT_SECONDS", "create_app"]
+        assert sorted(http_adapter.__all__) == ["MAX_WAIT_SECONDS", "create_app"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.cli import EXIT_USAGE, main
+from fleetledger.adapters.cli import EXIT_USAGE, main
 
 AZURE_VARIABLES = (
     "FLEETLEDGER_AZURE_SUBSCRIPTION_ID",

@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from adapters.clock import ManualClock
-from adapters.cloud import (
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud import (
     BatchCreate,
     BatchCreateResult,
     CloudMachines,
@@ -20,10 +20,10 @@ from adapters.cloud import (
     MachineObservation,
     ProgressNote,
 )
-from adapters.machines import MachineRequest, MachinesRuntime
-from domain.grouper import GrouperConfig
-from domain.template import MachineTemplate
-from eventstore import EventStore
+from fleetledger.adapters.machines import MachineRequest, MachinesRuntime
+from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.domain.template import MachineTemplate
+from fleetledger.eventstore import EventStore
 
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 D4 = MachineTemplate(vm_size="Standard_D4s_v5", orchestrator_version="1.31.2", max_pods=110)

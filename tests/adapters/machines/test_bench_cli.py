@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from adapters.cli import main
+from fleetledger.adapters.cli import main
 
 
 class TestBenchGrouper:

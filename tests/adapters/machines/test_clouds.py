@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.clock import SystemClock
-from adapters.cloud import FakeCloud
-from adapters.machines import CloudNotConfigured, build_cloud
+from fleetledger.adapters.clock import SystemClock
+from fleetledger.adapters.cloud import FakeCloud
+from fleetledger.adapters.machines import CloudNotConfigured, build_cloud
 
 
 class TestBuildCloud:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from adapters.clock import ManualClock
-from adapters.cloud import (
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud import (
     BatchCreate,
     BatchCreateResult,
     CapacityUnavailable,
@@ -15,14 +15,14 @@ from adapters.cloud import (
     ProgressNote,
     QuotaExceeded,
 )
-from adapters.machines import (
+from fleetledger.adapters.machines import (
     BatchMetadata,
     CoordinatorOptions,
     MachineOutcome,
     batch_stream_id,
     current_batch,
 )
-from eventstore import EventStore
+from fleetledger.eventstore import EventStore
 
 from .support import (
     EPOCH,

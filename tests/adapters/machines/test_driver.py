@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
-from adapters.clock import ManualClock, SystemClock
-from adapters.cloud import FakeCloud
-from adapters.machines import MachinesRuntime
-from domain.grouper import GrouperConfig
-from eventstore import EventStore, open_store
+from fleetledger.adapters.clock import ManualClock, SystemClock
+from fleetledger.adapters.cloud import FakeCloud
+from fleetledger.adapters.machines import MachinesRuntime
+from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.eventstore import EventStore, open_store
 
 from .support import CONFIG, EPOCH, manual_runtime, request
 

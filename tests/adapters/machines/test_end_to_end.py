@@ -11,10 +11,10 @@ import contextlib
 
 import pytest
 
-from adapters.clock import ManualClock
-from adapters.cloud import FakeCloud
-from adapters.machines import Coordinator, InlineRunner, grouper_stream_id
-from eventstore import open_store
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud import FakeCloud
+from fleetledger.adapters.machines import Coordinator, InlineRunner, grouper_stream_id
+from fleetledger.eventstore import open_store
 
 from .support import (
     D4,

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from adapters.clock import ManualClock
-from adapters.cloud import FakeCloud, QuotaExceeded
-from adapters.machines import MachinesRuntime, RuntimeStopped, skip_batching
-from eventstore import EventStore
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud import FakeCloud, QuotaExceeded
+from fleetledger.adapters.machines import MachinesRuntime, RuntimeStopped, skip_batching
+from fleetledger.eventstore import EventStore
 
 from .support import EPOCH, manual_runtime, request
 

@@ -6,11 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from adapters.machines.records import decode, encode, event_id
-from domain.codec import CodecError
-from domain.grouper import MachineRequested
-from domain.template import template_hash
-from eventstore import EventStore, NewEvent, StreamAppend, WrongExpectedVersion
+from fleetledger.adapters.machines.records import decode, encode, event_id
+from fleetledger.domain.codec import CodecError
+from fleetledger.domain.grouper import MachineRequested
+from fleetledger.domain.template import template_hash
+from fleetledger.eventstore import EventStore, NewEvent, StreamAppend, WrongExpectedVersion
 
 from .support import D4, EPOCH
 

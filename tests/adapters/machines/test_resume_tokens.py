@@ -14,18 +14,18 @@ from collections.abc import Callable, Iterator
 import pytest
 from azure.mgmt.compute import ComputeManagementClient
 
-from adapters.clock import ManualClock
-from adapters.cloud import (
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud import (
     BatchCreate,
     BatchCreateResult,
     CloudMachines,
     MachineObservation,
     ProgressNote,
 )
-from adapters.cloud.azure_vm import AzureVmCloud
-from adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
-from adapters.machines import CoordinatorOptions
-from eventstore import open_store
+from fleetledger.adapters.cloud.azure_vm import AzureVmCloud
+from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
+from fleetledger.adapters.machines import CoordinatorOptions
+from fleetledger.eventstore import open_store
 from tests.adapters.cloud.support import PROFILE, SUBSCRIPTION
 
 from .support import EPOCH, SimulatedCrash, manual_runtime, request

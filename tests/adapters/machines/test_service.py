@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.clock import ManualClock
-from adapters.machines import (
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.machines import (
     InvalidRequest,
     MachineService,
     RequestRejected,
@@ -14,7 +14,7 @@ from adapters.machines import (
     grouper_stream_id,
     skip_batching,
 )
-from eventstore import EventStore
+from fleetledger.eventstore import EventStore
 
 from .support import CONFIG, EPOCH, events_of, request
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import adapters.machines
+from fleetledger.adapters import machines
 
 
 class TestSurface:
     def test_exports(self) -> None:
-        """``adapters.machines.__all__`` is exactly the documented API, all importable."""
-        assert sorted(adapters.machines.__all__) == [
+        """``machines.__all__`` is exactly the documented API, all importable."""
+        assert sorted(machines.__all__) == [
             "Accepted",
             "BatchMetadata",
             "BatchStalled",
@@ -43,4 +43,4 @@ class TestSurface:
             "should_skip_batching",
             "skip_batching",
         ]
-        assert all(hasattr(adapters.machines, name) for name in adapters.machines.__all__)
+        assert all(hasattr(machines, name) for name in machines.__all__)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from adapters.machines import MachineRequest
-from adapters.simulator import Arrival, Script
+from fleetledger.adapters.machines import MachineRequest
+from fleetledger.adapters.simulator import Arrival, Script
 from tests.adapters.machines.support import D4, D8
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import adapters.simulator
-from adapters.simulator import ComparisonReport, run_script
-from adapters.simulator.report import percentile
+from fleetledger.adapters import simulator
+from fleetledger.adapters.simulator import ComparisonReport, run_script
+from fleetledger.adapters.simulator.report import percentile
 
 from .support import small_script
 
@@ -38,8 +38,8 @@ class TestComparison:
 
 class TestSurface:
     def test_exports(self) -> None:
-        """``adapters.simulator.__all__`` is exactly the documented API, all importable."""
-        assert sorted(adapters.simulator.__all__) == [
+        """``simulator.__all__`` is exactly the documented API, all importable."""
+        assert sorted(simulator.__all__) == [
             "Arrival",
             "COMPARE_MODES",
             "ComparisonReport",
@@ -56,4 +56,4 @@ class TestSurface:
             "run_script",
             "scenario_names",
         ]
-        assert all(hasattr(adapters.simulator, name) for name in adapters.simulator.__all__)
+        assert all(hasattr(simulator, name) for name in simulator.__all__)

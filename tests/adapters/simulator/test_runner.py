@@ -7,8 +7,8 @@ from random import Random
 
 import pytest
 
-from adapters.cli import main
-from adapters.simulator import (
+from fleetledger.adapters.cli import main
+from fleetledger.adapters.simulator import (
     get_scenario,
     run_scenario,
     run_script,

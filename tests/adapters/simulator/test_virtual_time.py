@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from adapters.simulator import VirtualTime
+from fleetledger.adapters.simulator import VirtualTime
 from tests.adapters.machines.support import EPOCH
 
 

@@ -1,0 +1,176 @@
+"""fleetledger installs as one ``fleetledger`` namespace and works from a wheel beside user code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+import venv
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOP_LEVEL_PACKAGES = ("adapters", "domain", "eventstore", "migrations", "projections")
+
+USER_TEST = """
+import adapters
+import domain
+import migrations
+from fleetledger.eventstore import NO_STREAM, EventStore, NewEvent
+
+
+def test_the_users_packages_are_their_own() -> None:
+    assert (domain.OWNER, adapters.OWNER, migrations.OWNER) == ("user", "user", "user")
+
+
+def test_sqlite_store(sqlite_store: EventStore) -> None:
+    sqlite_store.append("order-1", [NewEvent("Placed", {"n": 1})], expected_version=NO_STREAM)
+    assert sqlite_store.head() == 1
+
+
+def test_postgres_store(postgres_store: EventStore) -> None:
+    postgres_store.append("order-1", [NewEvent("Placed", {"n": 2})], expected_version=NO_STREAM)
+    assert postgres_store.verify().ok
+"""
+
+
+def _setuptools_table() -> Any:
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)["tool"]["setuptools"]
+
+
+def _package_folders() -> set[str]:
+    return {
+        "fleetledger." + str(init.parent.relative_to(ROOT)).replace(os.sep, ".")
+        for top in TOP_LEVEL_PACKAGES
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+
+
+class TestPackageList:
+    def test_every_package_folder_is_listed(self) -> None:
+        """The explicit package list names exactly the package folders on disk, so a new
+        subpackage cannot be left out of the wheel."""
+        assert set(_setuptools_table()["packages"]) == _package_folders()
+
+    def test_each_top_level_folder_maps_into_the_namespace(self) -> None:
+        """Each top-level folder is mapped to ``fleetledger.<folder>`` and nothing else is."""
+        mapping = _setuptools_table()["package-dir"]
+        assert mapping == {f"fleetledger.{top}": top for top in TOP_LEVEL_PACKAGES}
+
+
+def _run(args: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{args} failed ({result.returncode}):\n{output}"
+    return output
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The sdist and wheel built from this checkout, and what the build printed."""
+    dist = tmp_path_factory.mktemp("dist")
+    # With bytecode writing off, setuptools prints "warning: byte-compiling is disabled": a note
+    # about this environment, not about the package.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    output = _run([sys.executable, "-m", "build", "--outdir", dist, ROOT], cwd=ROOT, env=env)
+    return dist, output
+
+
+@pytest.mark.slow
+class TestBuild:
+    def test_build_prints_no_warnings(self, built: tuple[Path, str]) -> None:
+        """``python -m build`` makes an sdist and a wheel without a single warning."""
+        dist, output = built
+        assert sorted(p.suffix for p in dist.iterdir()) == [".gz", ".whl"]
+        assert "warning" not in output.lower(), output
+
+    def test_wheel_holds_only_the_fleetledger_namespace(self, built: tuple[Path, str]) -> None:
+        """Nothing but ``fleetledger/`` (and the wheel's metadata) sits at the wheel's top."""
+        [wheel] = built[0].glob("*.whl")
+        tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+        assert tops == {"fleetledger", "fleetledger-0.1.0.dist-info"}
+
+    def test_migrations_and_type_markers_ship_inside(self, built: tuple[Path, str]) -> None:
+        """The Alembic scripts and ``py.typed`` markers are in the wheel, under the namespace."""
+        [wheel] = built[0].glob("*.whl")
+        names = set(zipfile.ZipFile(wheel).namelist())
+        assert "fleetledger/migrations/env.py" in names
+        assert "fleetledger/migrations/script.py.mako" in names
+        assert any(n.startswith("fleetledger/migrations/versions/0001_") for n in names)
+        assert {f"fleetledger/{top}/py.typed" for top in TOP_LEVEL_PACKAGES} <= names
+
+
+@pytest.fixture(scope="module")
+def installed(built: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``bin/`` of a fresh virtual environment with the wheel (and pytest) installed."""
+    [wheel] = built[0].glob("*.whl")
+    env_dir = tmp_path_factory.mktemp("venv")
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    _run([python, "-m", "pip", "install", "--quiet", wheel, "pytest"], cwd=env_dir)
+    return env_dir / "bin"
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+class TestInstalledWheel:
+    """The wheel installed into a fresh virtual environment, used from a user's own project
+    whose ``domain/``, ``adapters/`` and ``migrations/`` packages must stay theirs."""
+
+    @pytest.fixture
+    def project(self, tmp_path: Path) -> Path:
+        for name in ("domain", "adapters", "migrations"):
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "__init__.py").write_text('OWNER = "user"\n', encoding="utf-8")
+        (tmp_path / "test_user.py").write_text(USER_TEST, encoding="utf-8")
+        return tmp_path
+
+    def test_help_and_version(self, installed: Path, project: Path) -> None:
+        """``fleetledger --help`` and ``--version`` run from the user's project folder."""
+        assert "simulate" in _run([installed / "fleetledger", "--help"], cwd=project)
+        assert _run([installed / "fleetledger", "--version"], cwd=project).strip() == (
+            "fleetledger 0.1.0"
+        )
+
+    def test_db_upgrade_finds_the_packaged_migrations(self, installed: Path, project: Path) -> None:
+        """``db upgrade`` migrates with the scripts inside the wheel, not the user's
+        ``migrations/`` folder or a checkout's."""
+        url = f"sqlite:///{project / 'ledger.db'}"
+        _run([installed / "fleetledger", "db", "upgrade", "--url", url], cwd=project)
+        current = _run([installed / "fleetledger", "db", "current", "--url", url], cwd=project)
+        assert "0001" in current
+
+    def test_simulate_runs(self, installed: Path, project: Path) -> None:
+        """The main job runs from the wheel."""
+        output = _run(
+            [installed / "fleetledger", "simulate", "--scenario", "burst-vms", "--json"],
+            cwd=project,
+        )
+        assert '"cloud_calls"' in output
+
+    def test_the_plugin_serves_a_users_tests(
+        self, installed: Path, project: Path, eventstore_postgres_server: str
+    ) -> None:
+        """A user's tests get ``sqlite_store`` and ``postgres_store`` from the installed plugin,
+        while their own ``domain``, ``adapters`` and ``migrations`` import as theirs."""
+        env = {**os.environ, "FLEETLEDGER_TEST_DATABASE_URL": eventstore_postgres_server}
+        env.pop("PYTHONPATH", None)
+        output = _run(
+            [installed / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+            cwd=project,
+            env=env,
+        )
+        assert "3 passed" in output
