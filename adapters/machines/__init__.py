@@ -21,7 +21,8 @@ cloud port), :mod:`~fleetledger.adapters.machines.driver` (the grouper's clock),
 
 from __future__ import annotations
 
-from .appends import RetryPolicy
+from fleetledger.adapters.runtime import InlineRunner, RetryPolicy, TaskRunner, ThreadRunner
+
 from .clouds import CLOUD_KINDS, CloudChoice, build_cloud
 from .context import BatchMetadata, current_batch, should_skip_batching, skip_batching
 from .coordinator import Coordinator, CoordinatorOptions, DispatchMode
@@ -40,7 +41,6 @@ from .errors import (
 from .facade import Machines
 from .machine_request import MachineRequest
 from .outcomes import MachineOutcome
-from .runners import InlineRunner, TaskRunner, ThreadRunner
 from .runtime import MachinesRuntime
 from .service import Accepted, MachineService
 from .streams import DEFAULT_GROUPER, batch_stream_id, grouper_stream_id

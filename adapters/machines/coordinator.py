@@ -25,7 +25,7 @@ then settles the in-doubt machines and step 2 dispatches only what was never sen
 as missing, up to the batch's ``max_attempts``. Create-only cloud semantics make a re-sent create
 of an existing name report that machine instead of making a second one.
 
-Concurrency: batches run on a :class:`~fleetledger.adapters.machines.runners.TaskRunner` (the bound
+Concurrency: batches run on a :class:`~fleetledger.adapters.runtime.runners.TaskRunner` (the bound
 on calls in flight); one batch never runs twice at once in this process. Two processes working the
 same batch would both be safe (expected versions, create-only), but wasteful: run one leader.
 """
@@ -48,12 +48,24 @@ from fleetledger.adapters.cloud import (
     MachineSpec,
     ProgressNote,
 )
+from fleetledger.adapters.runtime import (
+    Aggregate,
+    CommandRefused,
+    Deposed,
+    Folded,
+    HostedStream,
+    LogContention,
+    LogUnavailable,
+    RetryPolicy,
+    TaskRunner,
+    Writer,
+)
 from fleetledger.domain import machine_batch
-from fleetledger.domain.errors import Rejected
 from fleetledger.domain.machine_batch import (
     ERROR_CODES,
     BatchCommand,
     BatchCompleted,
+    BatchEvent,
     BatchState,
     ErrorCode,
     MachineError,
@@ -69,15 +81,15 @@ from fleetledger.domain.machine_batch import (
     resume_token,
     unresolved_machines,
 )
-from fleetledger.eventstore import EventStore, StreamAppend, WrongExpectedVersion
+from fleetledger.eventstore import EventStore
 
-from .appends import RetryPolicy, append_decision
+from .aggregates import batch_aggregate
 from .context import BatchMetadata, batch_metadata
-from .errors import BatchStalled, LogContention, MachinesError
+from .errors import BatchStalled, MachinesError
+from .errors import LogContention as MachinesLogContention
+from .errors import LogUnavailable as MachinesLogUnavailable
 from .outcomes import MachineOutcome, outcomes_of
-from .records import decode_batch_event, encode
-from .runners import TaskRunner
-from .streams import batch_stream_id, validate_grouper_name
+from .streams import validate_grouper_name
 
 __all__ = [
     "CompletionHandler",
@@ -147,6 +159,7 @@ class Coordinator:
         options: CoordinatorOptions | None = None,
         actor: str = "fleetledger",
         retry: RetryPolicy | None = None,
+        writer: Writer | None = None,
     ) -> None:
         self._store = store
         self._cloud = cloud
@@ -154,8 +167,9 @@ class Coordinator:
         self._runner = runner
         self._on_complete = on_complete
         self._grouper = validate_grouper_name(grouper_name)
+        self._batches = batch_aggregate(self._grouper)
         self._options = options or CoordinatorOptions()
-        self._actor = actor
+        self._writer = writer or Writer(actor=actor, labels=(("grouper", self._grouper),))
         self._retry = retry or RetryPolicy()
         self._idle = threading.Condition()
         self._in_flight: set[str] = set()
@@ -185,6 +199,13 @@ class Coordinator:
     def _run(self, batch_id: str) -> None:
         try:
             self.execute(batch_id)
+        except Deposed as e:
+            log.info(
+                "no longer the leader; the batch is left to the new leader",
+                batch_id=batch_id,
+                term=e.term,
+                current_term=e.current_term,
+            )
         except MachinesError as e:
             log.error(
                 "batch left incomplete; it is resumed on the next start",
@@ -211,10 +232,10 @@ class Coordinator:
         batch = _BatchLog(
             self._store,
             batch_id,
-            grouper=self._grouper,
+            aggregate=self._batches,
             clock=self._clock,
             retry=self._retry,
-            actor=self._actor,
+            writer=self._writer,
         )
         batch.load()
         if batch.state.opened is None:
@@ -385,71 +406,54 @@ class _BoundTask:
 
 
 class _BatchLog:
-    """One batch's stream: its folded state and version, and decide-then-append of commands."""
+    """One batch's hosted stream, and the id of its ``BatchCompleted`` once folded."""
 
     def __init__(
         self,
         store: EventStore,
         batch_id: str,
         *,
-        grouper: str,
+        aggregate: Aggregate[BatchState, BatchCommand, BatchEvent],
         clock: Clock,
         retry: RetryPolicy,
-        actor: str,
+        writer: Writer,
     ) -> None:
-        self._store = store
-        self._clock = clock
-        self._retry = retry
-        self._actor = actor
-        self._grouper = grouper
         self.batch_id = batch_id
-        self.stream_id = batch_stream_id(grouper, batch_id)
-        self.state: BatchState = machine_batch.initial_state()
-        self.version = 0
-        self.last_event_id = ""
+        self._stream: HostedStream[BatchState, BatchCommand, BatchEvent] = HostedStream(
+            store, aggregate, aggregate.stream_of(batch_id), clock=clock, writer=writer, retry=retry
+        )
         self.completed_event_id = ""
+        self._stream.on_events(self._note_completion)
+
+    @property
+    def stream_id(self) -> str:
+        return self._stream.stream_id
+
+    @property
+    def state(self) -> BatchState:
+        return self._stream.state
 
     def load(self) -> None:
-        """Fold what the stream holds beyond :attr:`version`."""
-        for record in self._store.read_stream(self.stream_id, from_version=self.version + 1):
-            event = decode_batch_event(record)
-            self.state = machine_batch.evolve(self.state, event)
-            self.version = record.stream_version
-            self.last_event_id = str(record.event_id)
-            if isinstance(event, BatchCompleted):
-                self.completed_event_id = self.last_event_id
+        """Fold the whole stream (its history included: a completed batch has its id)."""
+        self._stream.load(announce_history=True)
 
     def record(self, command: BatchCommand) -> None:
-        """Decide ``command`` on the current state and append; on a conflict reload and redo.
+        """Decide ``command`` on the current state and append (a leader duty).
 
         Each event's causation is the event the decision was taken after (the stream's last).
         """
-        for _ in range(self._retry.conflict_attempts):
-            try:
-                events = machine_batch.decide(self.state, command)
-            except Rejected as e:
-                raise BatchStalled(f"batch {self.batch_id}: {e.reason}") from e
-            if not events:
-                return
-            records = encode(
-                self.stream_id,
-                self.version + 1,
-                events,
-                causation_ids=[self.last_event_id] * len(events),
-                actor=self._actor,
-                grouper=self._grouper,
-            )
-            append = StreamAppend(self.stream_id, records, expected_version=self.version)
-            try:
-                append_decision(self._store, [append], clock=self._clock, policy=self._retry)
-            except WrongExpectedVersion:
-                self.load()
-                continue
-            for event, record in zip(events, records, strict=True):
-                self.state = machine_batch.evolve(self.state, event)
-                self.last_event_id = str(record.event_id)
-                if isinstance(event, BatchCompleted):
-                    self.completed_event_id = self.last_event_id
-            self.version += len(events)
-            return
-        raise LogContention(f"{self.stream_id} kept changing; is another coordinator running it?")
+        try:
+            self._stream.execute(lambda at: [(command, self._stream.last_event_id)], duty=True)
+        except CommandRefused as e:
+            raise BatchStalled(f"batch {self.batch_id}: {e.error.reason}") from e.error
+        except LogContention as e:
+            raise MachinesLogContention(
+                f"{e}; is another coordinator running batch {self.batch_id}?"
+            ) from e
+        except LogUnavailable as e:
+            raise MachinesLogUnavailable(str(e)) from e
+
+    def _note_completion(self, folded: Sequence[Folded[BatchEvent]]) -> None:
+        for f in folded:
+            if isinstance(f.event, BatchCompleted):
+                self.completed_event_id = f.event_id

@@ -23,18 +23,22 @@ import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.cloud import CloudMachines
+from fleetledger.adapters.runtime import (
+    InlineRunner,
+    LogFollower,
+    RetryPolicy,
+    TaskRunner,
+    ThreadRunner,
+)
 from fleetledger.domain.grouper import GrouperConfig
 from fleetledger.domain.machine_batch import DEFAULT_MAX_ATTEMPTS
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.machine_requests import MachineRequestsProjection
 
-from .appends import RetryPolicy
 from .coordinator import Coordinator, CoordinatorOptions
 from .driver import GrouperDriver
 from .facade import Machines
-from .follower import LogFollower
 from .outcomes import MachineOutcome
-from .runners import InlineRunner, TaskRunner, ThreadRunner
 from .service import MachineService
 from .streams import DEFAULT_GROUPER, batch_stream_prefix, grouper_stream_id
 

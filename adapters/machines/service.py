@@ -1,15 +1,11 @@
-"""The grouper's application service: load the stream, decide, append with an expected version.
+"""The grouper's application service: machine requests in, grouper decisions into the log.
 
-One grouper stream (``vmgrouper-<name>``) holds every grouper decision. The service keeps the
-folded state and the stream version in memory and catches up from the stream's tail whenever an
-append meets a newer version (another writer, or an earlier append whose outcome was lost); a
-snapshot would only shorten the first load, so it is left for when streams grow long.
-
-Every command goes the same way (:meth:`MachineService._decide`): take the time from the clock,
-``decide`` on the cached state, append with ``expected_version`` = the cached version; on
-``WrongExpectedVersion`` catch up and decide again (bounded by ``RetryPolicy.conflict_attempts``).
-A decision that seals batches also opens each batch's own stream (``OpenBatch``) in the *same*
-``append_many``, so a batch is never sealed without its stream, nor opened without its seal.
+One grouper stream (``vmgrouper-<name>``) holds every grouper decision. It is hosted by a
+:class:`~fleetledger.adapters.runtime.HostedStream`, which keeps the folded state, decides on it,
+appends with the expected version, catches up and decides again on a conflict, re-sends after an
+unknown outcome and decides requests that arrive during an append together. A decision that seals
+batches also opens each batch's own stream (``OpenBatch``) in the *same* append, so a batch is
+never sealed without its stream, nor opened without its seal.
 
 Outcome futures (the seed's response channel) are resolved when the grouper has recorded a
 batch's outcomes (:meth:`record_batch_outcomes`), not earlier: by then a failed request's machine
@@ -17,23 +13,35 @@ name is released, so a caller reacting to a failure by asking again is accepted.
 
 Observers: ``on_sealed(batch_ids)`` is called after every append that sealed batches, including
 ones learnt while catching up (the coordinator executes them); ``on_change()`` after every append
-(the driver recomputes its deadline). Both run outside the service's lock.
+(the driver recomputes its deadline). Both run outside the stream's lock. Ticks, shutdown seals
+and recorded outcomes are the leader's duties: they carry its fencing term.
 """
 
 from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
 import structlog
 
+from fleetledger.adapters import runtime
 from fleetledger.adapters.clock import Clock
-from fleetledger.domain import grouper, machine_batch
-from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.adapters.runtime import (
+    CommandRefused,
+    Decision,
+    Folded,
+    HostedStream,
+    RetryPolicy,
+    Writer,
+    opening_append,
+)
+from fleetledger.domain import grouper
+from fleetledger.domain.errors import InvalidCommand
 from fleetledger.domain.grouper import (
     BatchSealed,
     GrouperCommand,
@@ -52,21 +60,27 @@ from fleetledger.domain.machine_batch import (
     MachineFailed,
     OpenBatch,
 )
-from fleetledger.eventstore import NO_STREAM, EventStore, StreamAppend, WrongExpectedVersion
+from fleetledger.eventstore import EventStore, NewEvent, StreamAppend
 
-from .appends import RetryPolicy, append_decision
+from .aggregates import batch_aggregate, grouper_aggregate
 from .context import should_skip_batching
-from .errors import InvalidRequest, LogContention, RequestRejected, UnknownRequest
+from .errors import (
+    InvalidRequest,
+    LogContention,
+    LogUnavailable,
+    MachinesError,
+    RequestRejected,
+    UnknownRequest,
+)
 from .machine_request import MachineRequest
 from .outcomes import MachineOutcome
-from .records import decode_batch_event, decode_grouper_event, encode
+from .records import decode_batch_event
 from .streams import DEFAULT_GROUPER, batch_stream_id, grouper_stream_id, validate_grouper_name
 
 __all__ = ["Accepted", "MachineService"]
 
 log = structlog.get_logger(__name__)
 
-_PAGE = 1000
 # Fields a domain refusal of a request names first in its message (domain.grouper).
 _REQUEST_FIELDS = ("request_id", "machine_name", "template", "zones", "tags")
 
@@ -83,12 +97,6 @@ class Accepted:
     last_position: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class _Decision:
-    events: tuple[GrouperEvent, ...]
-    last_position: int | None
-
-
 class MachineService:
     """Decides grouper commands against the log; thread-safe."""
 
@@ -102,22 +110,27 @@ class MachineService:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         actor: str = "fleetledger",
         retry: RetryPolicy | None = None,
+        writer: Writer | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._config = config
         self._name = validate_grouper_name(grouper_name)
-        self._stream = grouper_stream_id(grouper_name)
         self._max_attempts = max_attempts
-        self._actor = actor
-        self._retry = retry or RetryPolicy()
-        self._lock = threading.RLock()
-        self._state: GrouperState = grouper.initial_state()
-        self._version = 0
-        self._loaded = False
+        self._writer = writer or Writer(actor=actor, labels=(("grouper", self._name),))
+        self._batches = batch_aggregate(self._name)
+        self._stream: HostedStream[GrouperState, GrouperCommand, GrouperEvent] = HostedStream(
+            store,
+            grouper_aggregate(config),
+            grouper_stream_id(self._name),
+            clock=clock,
+            writer=self._writer,
+            retry=retry,
+            companions=self._open_sealed_batches,
+        )
+        self._stream.on_events(self._folded)
+        self._futures_lock = threading.Lock()
         self._futures: dict[str, list[Future[MachineOutcome]]] = {}
-        self._unannounced: list[str] = []
-        self._changed = False
         self._sealed_observers: list[Callable[[tuple[str, ...]], None]] = []
         self._change_observers: list[Callable[[], None]] = []
 
@@ -129,7 +142,7 @@ class MachineService:
 
     @property
     def stream_id(self) -> str:
-        return self._stream
+        return self._stream.stream_id
 
     @property
     def config(self) -> GrouperConfig:
@@ -144,14 +157,16 @@ class MachineService:
         return self._clock
 
     @property
+    def writer(self) -> Writer:
+        return self._writer
+
+    @property
     def version(self) -> int:
-        with self._lock:
-            return self._version
+        return self._stream.version
 
     @property
     def state(self) -> GrouperState:
-        with self._lock:
-            return self._state
+        return self._stream.state
 
     # -- observers ---------------------------------------------------------------------------
 
@@ -163,6 +178,16 @@ class MachineService:
         """Call ``observer()`` after each append to the grouper stream."""
         self._change_observers.append(observer)
 
+    def _folded(self, folded: Sequence[Folded[GrouperEvent]]) -> None:
+        sealed = tuple(
+            dict.fromkeys(f.event.batch_id for f in folded if isinstance(f.event, BatchSealed))
+        )
+        for change_observer in self._change_observers:
+            change_observer()
+        if sealed:
+            for sealed_observer in self._sealed_observers:
+                sealed_observer(sealed)
+
     # -- loading -----------------------------------------------------------------------------
 
     def load(self) -> None:
@@ -172,31 +197,8 @@ class MachineService:
         done): :meth:`unfinished_batches` says which to resume. Later catch-ups announce what they
         find, since those batches were sealed by a decision this process did not see.
         """
-        with self._lock:
-            self._ensure_loaded()
-            self._catch_up()
-        self._announce()
-
-    def _ensure_loaded(self) -> None:
-        if not self._loaded:
-            self._catch_up()
-            self._unannounced.clear()
-            self._loaded = True
-
-    def _catch_up(self) -> None:
-        while True:
-            records = self._store.read_stream(
-                self._stream, from_version=self._version + 1, limit=_PAGE
-            )
-            for record in records:
-                event = decode_grouper_event(record)
-                self._state = grouper.evolve(self._state, event)
-                self._version = record.stream_version
-                self._changed = True
-                if isinstance(event, BatchSealed):
-                    self._unannounced.append(event.batch_id)
-            if len(records) < _PAGE:
-                return
+        with _translated():
+            self._stream.load()
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -204,7 +206,7 @@ class MachineService:
         """Accept ``requests`` atomically: all are appended in one transaction, or none is.
 
         Raises :class:`InvalidRequest` or :class:`RequestRejected` naming the request at fault
-        (by ``index``), and the log errors of :func:`append_decision`.
+        (by ``index``), :class:`LogUnavailable` or :class:`LogContention`.
         """
         if not requests:
             raise InvalidRequest("send at least one machine request", field="requests")
@@ -228,19 +230,20 @@ class MachineService:
                 for request_id, r in zip(ids, requests, strict=True)
             ]
 
-        decision = self._decide(commands)
-        sealed = tuple(e.batch_id for e in decision.events if isinstance(e, BatchSealed))
-        return Accepted(ids, sealed, decision.last_position)
+        decision = self._execute(commands)
+        return Accepted(ids, _sealed(decision), decision.last_position)
 
     def tick(self) -> tuple[str, ...]:
         """Seal every batch whose deadline has passed; returns the sealed batch ids."""
-        decision = self._decide(lambda at: [(Tick(at), f"tick:{at.isoformat()}")])
-        return tuple(e.batch_id for e in decision.events if isinstance(e, BatchSealed))
+        decision = self._execute(lambda at: [(Tick(at), f"tick:{at.isoformat()}")], duty=True)
+        return _sealed(decision)
 
     def shutdown(self) -> tuple[str, ...]:
         """Seal everything still pending (a graceful stop); returns the sealed batch ids."""
-        decision = self._decide(lambda at: [(Shutdown(at), f"shutdown:{at.isoformat()}")])
-        sealed = tuple(e.batch_id for e in decision.events if isinstance(e, BatchSealed))
+        decision = self._execute(
+            lambda at: [(Shutdown(at), f"shutdown:{at.isoformat()}")], duty=True
+        )
+        sealed = _sealed(decision)
         if sealed:
             log.info("sealed every pending batch for shutdown", batches=len(sealed))
         return sealed
@@ -255,144 +258,78 @@ class MachineService:
         """
         created = tuple(o.request_id for o in outcomes if o.status == "created")
         failed = tuple(o.request_id for o in outcomes if o.status == "failed")
-        self._decide(
-            lambda at: [(RecordBatchOutcomes(batch_id, created, failed, at=at), causation_id)]
+        self._execute(
+            lambda at: [(RecordBatchOutcomes(batch_id, created, failed, at=at), causation_id)],
+            duty=True,
         )
         resolved: list[tuple[Future[MachineOutcome], MachineOutcome]] = []
-        with self._lock:
+        with self._futures_lock:
             for outcome in outcomes:
                 for future in self._futures.pop(outcome.request_id, ()):
                     resolved.append((future, outcome))
         for future, outcome in resolved:
             _resolve(future, outcome)
 
-    def _decide(
-        self, commands: Callable[[datetime], Sequence[tuple[GrouperCommand, str]]]
-    ) -> _Decision:
-        """Decide ``commands(now)`` (each with its causation id) and append, catching up on
-        conflicts; observers are told afterwards, outside the lock."""
+    def fail_waiting(self, error: MachinesError) -> int:
+        """Fail every outcome future still waiting with ``error`` (a stop that cannot finish
+        their batches); returns how many. The requests stay in the log and resume later."""
+        with self._futures_lock:
+            waiting = [f for futures in self._futures.values() for f in futures]
+            self._futures.clear()
+        for future in waiting:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(error)
+        return len(waiting)
+
+    def _execute(
+        self,
+        commands: Callable[[datetime], Sequence[tuple[GrouperCommand, str]]],
+        *,
+        duty: bool = False,
+    ) -> Decision[GrouperEvent]:
         try:
-            with self._lock:
-                self._ensure_loaded()
-                for _ in range(self._retry.conflict_attempts):
-                    at = self._clock.now()
-                    events, causes = self._decide_all(commands(at))
-                    if not events:
-                        return _Decision((), None)
-                    try:
-                        position = self._append(events, causes, at)
-                    except WrongExpectedVersion as e:
-                        log.info(
-                            "grouper stream moved; catching up and deciding again",
-                            stream=e.stream_id,
-                            expected=str(e.expected),
-                            actual=e.actual,
-                        )
-                        self._catch_up()
-                        continue
-                    return _Decision(tuple(events), position)
-                raise LogContention(
-                    f"{self._stream} kept changing under this process through "
-                    f"{self._retry.conflict_attempts} attempts; is another controller writing to "
-                    "the same grouper? Run one leader per grouper name"
-                )
-        finally:
-            self._announce()
+            with _translated():
+                return self._stream.execute(commands, duty=duty)
+        except CommandRefused as e:
+            if isinstance(e.error, InvalidCommand):
+                raise InvalidRequest(
+                    str(e.error), index=e.index, field=_field_of(str(e.error))
+                ) from e.error
+            raise RequestRejected(e.error.reason, index=e.index) from e.error
 
-    def _decide_all(
-        self, commands: Sequence[tuple[GrouperCommand, str]]
-    ) -> tuple[list[GrouperEvent], list[str]]:
-        state = self._state
-        events: list[GrouperEvent] = []
-        causes: list[str] = []
-        for index, (command, cause) in enumerate(commands):
-            try:
-                new = grouper.decide(state, command, self._config)
-            except InvalidCommand as e:
-                raise InvalidRequest(str(e), index=index, field=_field_of(str(e))) from e
-            except Rejected as e:
-                raise RequestRejected(e.reason, index=index) from e
-            for event in new:
-                state = grouper.evolve(state, event)
-            events.extend(new)
-            causes.extend([cause] * len(new))
-        return events, causes
-
-    def _append(self, events: list[GrouperEvent], causes: list[str], at: datetime) -> int:
-        """Append ``events`` (and open the batches they seal); update the cache; last position."""
-        records = encode(
-            self._stream,
-            self._version + 1,
-            events,
-            causation_ids=causes,
-            actor=self._actor,
-            grouper=self._name,
-        )
-        appends = [StreamAppend(self._stream, records, expected_version=self._version)]
-        sealed: list[str] = []
-        for event, record in zip(events, records, strict=True):
-            if not isinstance(event, BatchSealed):
-                continue
-            stream = batch_stream_id(self._name, event.batch_id)
-            opened = machine_batch.decide(
-                machine_batch.initial_state(), OpenBatch(event, self._max_attempts, at=at)
+    def _open_sealed_batches(
+        self, events: Sequence[GrouperEvent], records: Sequence[NewEvent], at: datetime
+    ) -> list[StreamAppend]:
+        return [
+            opening_append(
+                self._batches,
+                event.batch_id,
+                OpenBatch(event, self._max_attempts, at=at),
+                causation_id=str(record.event_id),
+                writer=self._writer,
             )
-            opening = encode(
-                stream,
-                1,
-                opened,
-                causation_ids=[str(record.event_id)] * len(opened),
-                actor=self._actor,
-                grouper=self._name,
-            )
-            appends.append(StreamAppend(stream, opening, expected_version=NO_STREAM))
-            sealed.append(event.batch_id)
-        results = append_decision(self._store, appends, clock=self._clock, policy=self._retry)
-        state = self._state
-        for event in events:
-            state = grouper.evolve(state, event)
-        self._state = state
-        self._version += len(events)
-        self._unannounced.extend(sealed)
-        self._changed = True
-        return max(result.last_position for result in results)
-
-    def _announce(self) -> None:
-        with self._lock:
-            batch_ids = tuple(dict.fromkeys(self._unannounced))
-            self._unannounced.clear()
-            changed, self._changed = self._changed, False
-        if changed:
-            for change_observer in self._change_observers:
-                change_observer()
-        if batch_ids:
-            for sealed_observer in self._sealed_observers:
-                sealed_observer(batch_ids)
+            for event, record in zip(events, records, strict=True)
+            if isinstance(event, BatchSealed)
+        ]
 
     # -- queries -----------------------------------------------------------------------------
 
     def next_deadline(self) -> datetime | None:
         """When the next pending batch falls due (idle or max), or ``None`` if none is pending."""
-        with self._lock:
-            self._ensure_loaded()
-            return grouper.next_deadline(self._state, self._config)
+        return self._stream.next_deadline()
 
     def status(self, request_id: str) -> tuple[RequestStatus, str] | None:
         """``(status, batch_id)`` of a request as the grouper knows it, or ``None``."""
-        with self._lock:
-            self._ensure_loaded()
-            return grouper.request_status(self._state, request_id)
+        return grouper.request_status(self._stream.state, request_id)
 
     def unfinished_batches(self) -> tuple[str, ...]:
         """Sealed batches with a request the grouper has no outcome for, oldest first."""
-        with self._lock:
-            self._ensure_loaded()
-            ledger = self._state.ledger
-            batch_ids = {
-                request.batch_id
-                for request_id, request in ledger.requests.items()
-                if ledger.outcomes.get(request_id) is None
-            }
+        ledger = self._stream.state.ledger
+        batch_ids = {
+            request.batch_id
+            for request_id, request in ledger.requests.items()
+            if ledger.outcomes.get(request_id) is None
+        }
         # Batch ids end in the grouper's sequence number: sort by it, i.e. by sealing order.
         return tuple(sorted(batch_ids, key=lambda b: (b.rsplit("-", 1)[-1], b)))
 
@@ -402,9 +339,8 @@ class MachineService:
         Raises :class:`UnknownRequest` for an id the grouper never accepted.
         """
         future: Future[MachineOutcome] = Future()
-        with self._lock:
-            self._ensure_loaded()
-            found = grouper.request_status(self._state, request_id)
+        with self._futures_lock:
+            found = grouper.request_status(self._stream.state, request_id)
             if found is None:
                 raise UnknownRequest(request_id)
             status, batch_id = found
@@ -421,6 +357,23 @@ class MachineService:
             if isinstance(event, MachineCreated | MachineFailed) and event.request_id == request_id:
                 return MachineOutcome.of(event)
         raise UnknownRequest(request_id)  # pragma: no cover - the grouper only learns recorded ones
+
+
+def _sealed(decision: Decision[GrouperEvent]) -> tuple[str, ...]:
+    return tuple(e.batch_id for e in decision.events if isinstance(e, BatchSealed))
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """The host's log errors as this package's."""
+    try:
+        yield
+    except runtime.LogUnavailable as e:
+        raise LogUnavailable(str(e)) from e
+    except runtime.LogContention as e:
+        raise LogContention(
+            f"{e}; is another controller writing to the same grouper? Run one leader per database"
+        ) from e
 
 
 def _resolve(future: Future[MachineOutcome], outcome: MachineOutcome) -> None:

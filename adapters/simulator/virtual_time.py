@@ -5,7 +5,7 @@ The runtime's code waits in two ways — the grouper driver waits for a deadline
 must run that very code, with batches overlapping in time, yet stay deterministic and take no real
 time. :class:`VirtualTime` does it as a discrete-event scheduler over ordinary threads:
 
-- it is the coordinator's :class:`~fleetledger.adapters.machines.runners.TaskRunner`: ``submit``
+- it is the coordinator's :class:`~fleetledger.adapters.runtime.runners.TaskRunner`: ``submit``
   queues a
   batch execution, started (on its own thread) when the scheduler says so, at most
   ``max_concurrent`` at once — the bound on cloud calls in flight;
@@ -23,7 +23,7 @@ moves forward, as with ``ManualClock``.
 
 A task must not block on anything but the virtual clock (a lock held across a ``sleep`` by another
 task, a future of another task): only one task runs, so that would deadlock. The runtime's
-coordinator is written to that rule (see :mod:`fleetledger.adapters.machines.runners`).
+coordinator is written to that rule (see :mod:`fleetledger.adapters.runtime.runners`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Appending decisions: re-send on an unknown outcome, surface version conflicts to the decider.
 
-``append_decision`` is the one way this package writes. A ``StoreUnavailable`` means the outcome is
+``append_decision`` is the one way the host writes. A ``StoreUnavailable`` means the outcome is
 unknown, so the very same records are sent again (their deterministic ids, see
-:mod:`fleetledger.adapters.machines.records`, turn a landed first attempt into a replay), with
+:mod:`fleetledger.adapters.runtime.codec`, turn a landed first attempt into a replay), with
 exponential back-off on the injected clock. ``WrongExpectedVersion`` is not retried here: only the
 caller can reload its stream and decide again.
 """

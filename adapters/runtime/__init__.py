@@ -1,0 +1,71 @@
+"""The decider host: one runtime for every pure aggregate.
+
+A capability gives the host an :class:`Aggregate` — its ``initial_state``, ``evolve``, ``decide``
+(and ``next_deadline`` with a ``tick`` command, if it keeps time), its :class:`EventCodec` and its
+stream naming — and its reactors. The host owns the rest, once:
+
+- :class:`HostedStream`: load (from a snapshot when the stream is long) and fold, decide on the
+  cached state, append with the expected version, catch up and decide again on a conflict,
+  re-send the same events when an append's outcome is unknown, batch the commands that arrive
+  while an append is in flight into one append;
+- :class:`ClockDriver`: send the tick when ``next_deadline`` passes, woken by changes;
+- :class:`Reactors`: run side effects from checkpointed subscriptions of the log, only while
+  this process leads;
+- :class:`LogFollower`: keep an in-memory read model current;
+- :class:`Leadership`: elect one leader per database, record each term in the log, fence
+  deposed terms (the store refuses their appends) and step down at once when fenced;
+- task runners for reactors' long work.
+"""
+
+from __future__ import annotations
+
+from .aggregate import Aggregate, SnapshotCodec
+from .appends import RetryPolicy, append_decision
+from .codec import EVENT_ID_NAMESPACE, LEADER_TERM_KEY, EventCodec, correlation_of, event_id
+from .driver import ClockDriver
+from .errors import CommandRefused, Deposed, HostError, LogContention, LogUnavailable
+from .follower import LogFollower, ReadModel
+from .runners import InlineRunner, TaskRunner, ThreadRunner
+from .stream import (
+    Companions,
+    Decision,
+    Fencing,
+    Folded,
+    HostedStream,
+    NoFencing,
+    Plan,
+    Writer,
+    opening_append,
+)
+
+__all__ = [
+    "EVENT_ID_NAMESPACE",
+    "LEADER_TERM_KEY",
+    "Aggregate",
+    "ClockDriver",
+    "CommandRefused",
+    "Companions",
+    "Decision",
+    "Deposed",
+    "EventCodec",
+    "Fencing",
+    "Folded",
+    "HostError",
+    "HostedStream",
+    "InlineRunner",
+    "LogContention",
+    "LogFollower",
+    "LogUnavailable",
+    "NoFencing",
+    "Plan",
+    "ReadModel",
+    "RetryPolicy",
+    "SnapshotCodec",
+    "TaskRunner",
+    "ThreadRunner",
+    "Writer",
+    "append_decision",
+    "correlation_of",
+    "event_id",
+    "opening_append",
+]

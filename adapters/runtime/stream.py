@@ -1,0 +1,456 @@
+"""One aggregate instance's stream, hosted: fold it, decide on it, append to it.
+
+:class:`HostedStream` keeps the folded state and the stream version in memory and is the only way
+the runtime writes an aggregate's decisions. Every call of :meth:`HostedStream.execute` goes the
+same way: read the time, ``decide`` on the cached state, append with ``expected_version`` = the
+cached version; on ``WrongExpectedVersion`` catch up from the stream's tail and decide again
+(bounded by :attr:`RetryPolicy.conflict_attempts`); on an unknown outcome re-send the very same
+events (:func:`~fleetledger.adapters.runtime.appends.append_decision`).
+
+**Commands that arrive while an append is in flight are decided together.** One caller at a time
+leads: it takes every submission queued so far, decides them in arrival order on one running
+state — each submission's commands atomically: a refusal drops that submission alone — and
+appends all their events as one append. The others wait and get their own result or refusal.
+Under load this turns N fold-decide-append round trips into one, the same batching the store's
+group commit does one layer down.
+
+A decision may also open or extend other streams in the same transaction: ``companions(events,
+records, at)`` returns extra appends committed atomically with the stream's own (the grouper opens
+each batch stream it seals this way, so a batch is never sealed without its stream).
+
+Leader duties (ticks, reactor results) are submitted with ``duty=True`` and carry the current
+leader term in their metadata; the store refuses them once a newer term is elected, and the
+stream reports that to its :class:`Fencing` and fails them with
+:class:`~fleetledger.adapters.runtime.errors.Deposed`, while other submissions of the same group
+are decided again and appended without a term.
+
+Observers registered with :meth:`HostedStream.on_events` see every event the stream folds — its
+own and those learnt while catching up — after the append, outside any lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
+
+import structlog
+
+from fleetledger.adapters.clock import Clock
+from fleetledger.domain.errors import Rejected
+from fleetledger.eventstore import (
+    NO_STREAM,
+    EventStore,
+    Fenced,
+    NewEvent,
+    RecordedEvent,
+    StreamAppend,
+    WrongExpectedVersion,
+)
+
+from .aggregate import Aggregate
+from .appends import RetryPolicy, append_decision
+from .errors import CommandRefused, Deposed, LogContention
+
+__all__ = [
+    "Companions",
+    "Decision",
+    "Fencing",
+    "Folded",
+    "HostedStream",
+    "NoFencing",
+    "Plan",
+    "Writer",
+    "opening_append",
+]
+
+log = structlog.get_logger(__name__)
+
+S = TypeVar("S")
+C = TypeVar("C")
+E = TypeVar("E")
+
+_PAGE = 1000
+
+Plan = Callable[[datetime], Sequence[tuple[C, str]]]
+"""The commands of one submission, given the decision time: ``[(command, causation_id), …]``."""
+
+Companions = Callable[[Sequence[E], Sequence[NewEvent], datetime], Sequence[StreamAppend]]
+"""Extra appends to commit atomically with a decision's ``events`` (encoded as ``records``)."""
+
+
+class Fencing(Protocol):
+    """Where the leader term of duty appends comes from, and who hears that it was refused."""
+
+    def term(self) -> int | None:
+        """The term this process leads in, or ``None`` when it does not lead (or is unfenced)."""
+        ...
+
+    def deposed(self, error: Fenced) -> None:
+        """The store refused this process's term: a newer leader exists."""
+        ...
+
+
+class NoFencing:
+    """No leader election: duty appends carry no term (single process, tests, simulator)."""
+
+    __slots__ = ()
+
+    def term(self) -> int | None:
+        return None
+
+    def deposed(self, error: Fenced) -> None:  # pragma: no cover - no term, never fenced
+        return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Writer:
+    """Who writes: ``actor`` and fixed ``labels`` in every event's metadata, the fencing term."""
+
+    actor: str = "fleetledger"
+    labels: tuple[tuple[str, str], ...] = ()
+    fencing: Fencing = field(default_factory=NoFencing)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision(Generic[E]):
+    """What one submission appended: its events and their records (with ids), and the global
+    position of the last event of the append that carried them (``None`` if nothing was)."""
+
+    events: tuple[E, ...]
+    records: tuple[NewEvent, ...]
+    last_position: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Folded(Generic[E]):
+    """An event the stream folded, with its stream version and id."""
+
+    event: E
+    version: int
+    event_id: str
+
+
+class _Submission(Generic[C, E]):
+    __slots__ = ("done", "duty", "error", "plan", "result")
+
+    def __init__(self, plan: Plan[C], duty: bool) -> None:
+        self.plan = plan
+        self.duty = duty
+        self.done = False
+        self.result: Decision[E] | None = None
+        self.error: BaseException | None = None
+
+    def finish(self, result: Decision[E] | None = None, error: BaseException | None = None) -> None:
+        self.result, self.error, self.done = result, error, True
+
+
+class HostedStream(Generic[S, C, E]):
+    """The cached fold of one stream and the decide-append loop over it; thread-safe."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        aggregate: Aggregate[S, C, E],
+        stream_id: str,
+        *,
+        clock: Clock,
+        writer: Writer | None = None,
+        retry: RetryPolicy | None = None,
+        companions: Companions[E] | None = None,
+    ) -> None:
+        self.store = store
+        self.aggregate = aggregate
+        self.stream_id = stream_id
+        self._clock = clock
+        self._writer = writer or Writer()
+        self._retry = retry or RetryPolicy()
+        self._companions = companions
+        # _fold guards state, version and the queue; only the leading submitter appends.
+        self._fold = threading.Condition(threading.RLock())
+        self._state: S = aggregate.initial_state()
+        self._version = 0
+        self._last_event_id = ""
+        self._loaded = False
+        self._queue: list[_Submission[C, E]] = []
+        self._leading = False
+        self._unannounced: list[Folded[E]] = []
+        self._observers: list[Callable[[Sequence[Folded[E]]], None]] = []
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def state(self) -> S:
+        """The folded state (loading the stream first if it never was)."""
+        with self._fold:
+            self._ensure_loaded()
+            return self._state
+
+    @property
+    def version(self) -> int:
+        with self._fold:
+            return self._version
+
+    @property
+    def last_event_id(self) -> str:
+        """Id of the stream's last folded event (``""`` for an empty stream)."""
+        with self._fold:
+            return self._last_event_id
+
+    def on_events(self, observer: Callable[[Sequence[Folded[E]]], None]) -> None:
+        """Call ``observer(folded)`` after each batch of events the stream folds."""
+        self._observers.append(observer)
+
+    def load(self, *, announce_history: bool = False) -> None:
+        """Fold the stream's new tail. A first load tells observers about the stream's history
+        only with ``announce_history`` (a restart need not replay old news to them)."""
+        with self._fold:
+            if self._loaded:
+                self._catch_up()
+            else:
+                self._ensure_loaded(announce_history=announce_history)
+        self._announce()
+
+    def next_deadline(self) -> datetime | None:
+        """When the aggregate next needs a tick, or ``None``."""
+        if self.aggregate.next_deadline is None:
+            return None
+        return self.aggregate.next_deadline(self.state)
+
+    def _ensure_loaded(self, *, announce_history: bool = False) -> None:
+        if self._loaded:
+            return
+        self._restore_snapshot()
+        self._catch_up()
+        self._loaded = True
+        if not announce_history:
+            self._unannounced.clear()
+
+    def _restore_snapshot(self) -> None:
+        codec = self.aggregate.snapshots
+        if codec is None:
+            return
+        snapshot = self.store.load_snapshot(self.stream_id)
+        if snapshot is None or snapshot.schema_version != codec.schema_version:
+            return
+        self._state = codec.from_data(snapshot.state)
+        self._version = snapshot.version
+        # The event after the snapshot names the snapshot's last event as its cause only if we
+        # know its id: read that one record back.
+        [last] = self.store.read_stream(self.stream_id, from_version=snapshot.version, limit=1)
+        self._last_event_id = str(last.event_id)
+
+    def _catch_up(self) -> None:
+        codec = self.aggregate.codec
+        while True:
+            records = self.store.read_stream(
+                self.stream_id, from_version=self._version + 1, limit=_PAGE
+            )
+            for record in records:
+                self._fold_record(codec.decode(record), record)
+            if len(records) < _PAGE:
+                return
+
+    def _fold_record(self, event: E, record: RecordedEvent) -> None:
+        self._state = self.aggregate.evolve(self._state, event)
+        self._version = record.stream_version
+        self._last_event_id = str(record.event_id)
+        self._unannounced.append(Folded(event, record.stream_version, self._last_event_id))
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def execute(self, plan: Plan[C], *, duty: bool = False) -> Decision[E]:
+        """Decide ``plan(now)``'s commands on the current state and append what they decide.
+
+        Raises :class:`CommandRefused` (nothing of this call appended), ``LogUnavailable``,
+        :class:`LogContention`, or :class:`Deposed` for a duty whose term was fenced.
+        """
+        submission: _Submission[C, E] = _Submission(plan, duty)
+        with self._fold:
+            self._queue.append(submission)
+            while self._leading and not submission.done:
+                self._fold.wait()
+            if not submission.done:
+                self._leading = True
+                group, self._queue = self._queue, []
+        try:
+            if not submission.done:
+                try:
+                    # The leader decides and appends holding the fold lock, so a concurrent
+                    # load() cannot fold the group's events a second time; submitters arriving
+                    # meanwhile queue up for the next group.
+                    with self._fold:
+                        self._ensure_loaded()
+                        self._run_group(group)
+                finally:
+                    with self._fold:
+                        self._leading = False
+                        self._fold.notify_all()
+        finally:
+            self._announce()
+        if submission.error is not None:
+            raise submission.error
+        assert submission.result is not None
+        return submission.result
+
+    def _run_group(self, group: list[_Submission[C, E]]) -> None:
+        pending = group
+        try:
+            for _ in range(self._retry.conflict_attempts):
+                pending = self._attempt(pending)
+                if not pending:
+                    return
+            error = LogContention(
+                f"{self.stream_id} kept changing under this process through "
+                f"{self._retry.conflict_attempts} attempts; is another controller writing to it? "
+                "Run one leader per database"
+            )
+            for submission in pending:
+                submission.finish(error=error)
+        except BaseException as e:
+            for submission in group:
+                if not submission.done:
+                    submission.finish(error=e)
+            raise
+
+    def _attempt(self, group: list[_Submission[C, E]]) -> list[_Submission[C, E]]:
+        """Decide and append ``group`` once; the submissions still to retry (after a conflict
+        or a fenced duty), with the others finished."""
+        at = self._clock.now()
+        term = self._writer.fencing.term()
+        state = self._state
+        decided: list[tuple[_Submission[C, E], list[E], list[str]]] = []
+        for submission in group:
+            try:
+                events, causes, state = self._decide(state, submission.plan(at))
+            except Exception as e:
+                submission.finish(error=e)
+                continue
+            decided.append((submission, events, causes))
+        events = [event for _, group_events, _ in decided for event in group_events]
+        if not events:
+            for submission, _, _ in decided:
+                submission.finish(Decision((), (), None))
+            return []
+        causes = [cause for _, _, group_causes in decided for cause in group_causes]
+        terms = [
+            term if submission.duty else None
+            for submission, group_events, _ in decided
+            for _ in group_events
+        ]
+        records = self.aggregate.codec.encode(
+            self.stream_id,
+            self._version + 1,
+            events,
+            causation_ids=causes,
+            actor=self._writer.actor,
+            labels=dict(self._writer.labels),
+            leader_terms=terms,
+        )
+        appends = [StreamAppend(self.stream_id, records, expected_version=self._version)]
+        if self._companions is not None:
+            appends.extend(self._companions(events, records, at))
+        try:
+            results = append_decision(self.store, appends, clock=self._clock, policy=self._retry)
+        except WrongExpectedVersion as e:
+            log.info(
+                "stream moved; catching up and deciding again",
+                stream=e.stream_id,
+                expected=str(e.expected),
+                actual=e.actual,
+            )
+            self._catch_up()
+            return [submission for submission, _, _ in decided]
+        except Fenced as e:
+            return self._fenced(e, [submission for submission, _, _ in decided])
+        last_position = max(result.last_position for result in results)
+        for offset, (event, record) in enumerate(zip(events, records, strict=True)):
+            self._state = self.aggregate.evolve(self._state, event)
+            self._last_event_id = str(record.event_id)
+            self._unannounced.append(Folded(event, self._version + 1 + offset, self._last_event_id))
+        self._version += len(events)
+        start = 0
+        for submission, group_events, _ in decided:
+            own = slice(start, start + len(group_events))
+            start += len(group_events)
+            submission.finish(Decision(tuple(events[own]), tuple(records[own]), last_position))
+        self._maybe_snapshot(len(events))
+        return []
+
+    def _decide(self, state: S, commands: Sequence[tuple[C, str]]) -> tuple[list[E], list[str], S]:
+        events: list[E] = []
+        causes: list[str] = []
+        for index, (command, cause) in enumerate(commands):
+            try:
+                new = self.aggregate.decide(state, command)
+            except Rejected as e:
+                raise CommandRefused(index, e) from e
+            state = self.aggregate.fold(state, new)
+            events.extend(new)
+            causes.extend([cause] * len(new))
+        return events, causes, state
+
+    def _fenced(self, error: Fenced, group: list[_Submission[C, E]]) -> list[_Submission[C, E]]:
+        self._writer.fencing.deposed(error)
+        deposed = Deposed(
+            f"{self.stream_id}: {error}", term=error.term, current_term=error.current_term
+        )
+        retry = []
+        for submission in group:
+            if submission.duty:
+                submission.finish(error=deposed)
+            else:
+                retry.append(submission)
+        return retry
+
+    def _maybe_snapshot(self, appended: int) -> None:
+        codec = self.aggregate.snapshots
+        if codec is None:
+            return
+        version, state = self._version, self._state
+        if version // codec.every == (version - appended) // codec.every:
+            return
+        try:
+            self.store.save_snapshot(
+                self.stream_id,
+                version=version,
+                state=codec.to_data(state),
+                schema_version=codec.schema_version,
+            )
+        except Exception as e:
+            # A snapshot only shortens the next load; failing to save one loses nothing.
+            log.warning("could not save a snapshot", stream=self.stream_id, error=str(e))
+
+    def _announce(self) -> None:
+        with self._fold:
+            if not self._unannounced or self._leading:
+                return
+            folded, self._unannounced = self._unannounced, []
+        for observer in self._observers:
+            observer(folded)
+
+
+def opening_append(
+    aggregate: Aggregate[S, C, E],
+    key: str,
+    command: C,
+    *,
+    causation_id: str,
+    writer: Writer,
+) -> StreamAppend:
+    """The append that opens ``aggregate``'s stream for ``key`` with what ``command`` decides on
+    the initial state (expected version: the stream must not exist yet). A decision that starts
+    another aggregate returns this from its companions, so both land in one transaction."""
+    events = aggregate.decide(aggregate.initial_state(), command)
+    stream_id = aggregate.stream_of(key)
+    records = aggregate.codec.encode(
+        stream_id,
+        1,
+        events,
+        causation_ids=[causation_id] * len(events),
+        actor=writer.actor,
+        labels=dict(writer.labels),
+    )
+    return StreamAppend(stream_id, records, expected_version=NO_STREAM)
