@@ -7,10 +7,17 @@
         print(future.result(timeout=30))
                                                               # stop(): Shutdown, drain, stop
 
-``start`` loads the grouper stream, resubmits every batch the grouper has no outcome for (crash
-recovery), catches the read model up and starts the driver and follower threads. ``stop`` is the
-graceful stop: no more ticks, ``Shutdown`` seals whatever is pending, in-flight batches get up to
-``timeout`` seconds to finish (the rest resume on the next start).
+``start`` loads the grouper stream, catches the read model up and starts the follower thread;
+then the process leads: it resubmits every batch the grouper has no outcome for (crash recovery)
+and starts the driver. ``stop`` is the graceful stop: no more ticks, ``Shutdown`` seals whatever is
+pending, in-flight batches get up to ``timeout`` seconds to finish (the rest resume on the next
+leader), and every caller still waiting is answered that the controller is shutting down.
+
+With a :class:`~fleetledger.adapters.runtime.leadership.Leadership` several processes share one
+database: each accepts requests, but only the elected one leads — runs the driver, the
+coordinator and its reactor, which executes batches sealed by any process — and its duty appends
+carry its term, so once deposed it can no longer write a side effect's result (see
+:mod:`fleetledger.adapters.runtime.leadership`). Without one the process simply leads.
 
 ``threads=False`` gives the same wiring without any thread: batches run inline (or on the given
 runner) and nothing ticks by itself — tests and the simulator call ``driver.step()`` at the times
@@ -19,6 +26,8 @@ they choose.
 
 from __future__ import annotations
 
+import threading
+
 import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
@@ -26,23 +35,34 @@ from fleetledger.adapters.cloud import CloudMachines
 from fleetledger.adapters.runtime import (
     InlineRunner,
     LogFollower,
+    NoFencing,
     RetryPolicy,
     TaskRunner,
     ThreadRunner,
+    Writer,
 )
-from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.adapters.runtime.leadership import Leadership
+from fleetledger.adapters.runtime.reactors import Reactor, Reactors
+from fleetledger.domain.grouper import BatchSealed, GrouperConfig, GrouperEvent
 from fleetledger.domain.machine_batch import DEFAULT_MAX_ATTEMPTS
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.machine_requests import MachineRequestsProjection
 
 from .coordinator import Coordinator, CoordinatorOptions
 from .driver import GrouperDriver
+from .errors import RuntimeStopped
 from .facade import Machines
 from .outcomes import MachineOutcome
+from .records import GROUPER_CODEC
 from .service import MachineService
 from .streams import DEFAULT_GROUPER, batch_stream_prefix, grouper_stream_id
 
-__all__ = ["MachinesRuntime"]
+__all__ = ["SHUTTING_DOWN", "MachinesRuntime"]
+
+SHUTTING_DOWN = (
+    "controller shutting down; the request is kept in the log and resumes on the next leader — "
+    "ask for its outcome again (GET /v1/machines/{id}) in a moment"
+)
 
 log = structlog.get_logger(__name__)
 
@@ -65,22 +85,30 @@ class MachinesRuntime:
         coordinator_options: CoordinatorOptions | None = None,
         retry: RetryPolicy | None = None,
         actor: str = "fleetledger",
+        leadership: Leadership | None = None,
+        reactor_poll_seconds: float = 1.0,
     ) -> None:
         self.store = store
         self.cloud = cloud
         self.clock: Clock = clock if clock is not None else SystemClock()
+        self.leadership = leadership
         self._threads = threads
         if runner is None:
             runner = ThreadRunner(max_workers=max_concurrent_batches) if threads else InlineRunner()
         self._runner = runner
+        writer = Writer(
+            actor=actor,
+            labels=(("grouper", grouper_name),),
+            fencing=leadership if leadership is not None else NoFencing(),
+        )
         self.service = MachineService(
             store,
             clock=self.clock,
             config=config or GrouperConfig.default(),
             grouper_name=grouper_name,
             max_attempts=max_attempts,
-            actor=actor,
             retry=retry,
+            writer=writer,
         )
         self.coordinator = Coordinator(
             store,
@@ -90,8 +118,8 @@ class MachinesRuntime:
             on_complete=self._completed,
             grouper_name=grouper_name,
             options=coordinator_options,
-            actor=actor,
             retry=retry,
+            writer=writer,
         )
         self.driver = GrouperDriver(self.service, clock=self.clock)
         self.projection = MachineRequestsProjection(
@@ -99,33 +127,57 @@ class MachinesRuntime:
             batch_stream_prefix=batch_stream_prefix(grouper_name),
         )
         self._follower = LogFollower(store, self.projection)
+        # Batches sealed by any process reach the leader's coordinator through this reactor; a
+        # batch this process seals is handed over directly as well (whichever comes first runs
+        # it, the coordinator never runs a batch twice at once).
+        grouper_stream = self.service.stream_id
+        self._reactors = Reactors(
+            store,
+            [
+                Reactor(
+                    name=f"vm-coordinator-{grouper_name}",
+                    codec=GROUPER_CODEC,
+                    types=(BatchSealed,),
+                    streams=grouper_stream.__eq__,
+                    react=self._sealed_elsewhere,
+                )
+            ],
+            poll_interval=reactor_poll_seconds,
+        )
         self.machines = Machines(self.service, running=lambda: self._running)
         self._running = False
+        self._leading = threading.Event()
         self.service.on_change(self.driver.wake)
-        self.service.on_sealed(self.coordinator.submit)
+        self.service.on_sealed(self._sealed_here)
+        if leadership is not None:
+            leadership.on_elected(self._lead)
+            leadership.on_deposed(self._follow)
 
     @property
     def running(self) -> bool:
         return self._running
 
+    @property
+    def leading(self) -> bool:
+        """Whether this process runs the driver, the coordinator and the reactors now."""
+        return self._leading.is_set()
+
     def start(self) -> MachinesRuntime:
-        """Load, resume unfinished batches, and (with threads) start ticking and following."""
+        """Load, catch the read model up, follow the log; lead now (no leadership configured)
+        or once elected."""
         if self._running:
             return self
         self.service.load()
         self._running = True
-        unfinished = self.service.unfinished_batches()
-        if unfinished:
-            log.info(
-                "resuming batches left unfinished by an earlier run",
-                grouper=self.service.grouper_name,
-                batches=len(unfinished),
-            )
-        self.coordinator.submit(unfinished)
+        if self.leadership is None:
+            self._lead(None)
         self.projection.catch_up(self.store)
         if self._threads:
             self._follower.start()
-            self.driver.start()
+            if self.leadership is not None:
+                self.leadership.start()
+        elif self.leadership is not None:
+            self.leadership.step()
         log.info(
             "machines runtime started",
             grouper=self.service.grouper_name,
@@ -134,25 +186,35 @@ class MachinesRuntime:
         return self
 
     def stop(self, *, timeout: float = 30.0) -> None:
-        """Graceful stop: seal everything pending and give in-flight batches ``timeout`` s."""
+        """Graceful stop: seal everything pending (as leader), give in-flight batches
+        ``timeout`` s, answer every caller still waiting, release the lease."""
         if not self._running:
             return
         self._running = False
         self.driver.stop()
-        try:
-            self.service.shutdown()
-        except Exception as e:
-            log.error(
-                "could not seal pending batches at shutdown; they resume on start", error=str(e)
-            )
+        self._reactors.stop()
+        if self.leading:
+            try:
+                self.service.shutdown()
+            except Exception as e:
+                log.error(
+                    "could not seal pending batches at shutdown; they resume on the next leader",
+                    error=str(e),
+                )
         if not self.coordinator.wait_idle(timeout):
             log.warning(
-                "batches still in flight at shutdown; they resume on the next start",
+                "batches still in flight at shutdown; they resume on the next leader",
                 batches=list(self.coordinator.in_flight()),
             )
+        self._leading.clear()
         if isinstance(self._runner, ThreadRunner):
             self._runner.shutdown(wait=False)
+        answered = self.service.fail_waiting(RuntimeStopped(SHUTTING_DOWN))
+        if answered:
+            log.info("told waiting callers the controller is shutting down", callers=answered)
         self._follower.stop()
+        if self.leadership is not None:
+            self.leadership.stop()
         log.info("machines runtime stopped", grouper=self.service.grouper_name)
 
     def __enter__(self) -> MachinesRuntime:
@@ -160,6 +222,45 @@ class MachinesRuntime:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    # -- leading and following -------------------------------------------------------------------
+
+    def _lead(self, term: int | None) -> None:
+        if not self._running and self.leadership is not None:
+            return
+        self._leading.set()
+        unfinished = self.service.unfinished_batches()
+        if unfinished:
+            log.info(
+                "resuming batches left unfinished by an earlier leader",
+                grouper=self.service.grouper_name,
+                batches=len(unfinished),
+                term=term,
+            )
+        self.coordinator.submit(unfinished)
+        if self._threads:
+            self.driver.start()
+            if self.leadership is not None:
+                self._reactors.start()
+
+    def _follow(self, reason: str) -> None:
+        # Called from whichever thread noticed (possibly the driver's or a batch's): signal the
+        # duties to stop without waiting for them; a fenced append cannot land anyway.
+        self._leading.clear()
+        self.driver.stop(timeout=0)
+        self._reactors.stop(timeout=0)
+
+    def _sealed_here(self, batch_ids: tuple[str, ...]) -> None:
+        if self.leading:
+            self.coordinator.submit(batch_ids)
+
+    def _sealed_elsewhere(self, event: GrouperEvent, record: object) -> None:
+        assert isinstance(event, BatchSealed)
+        ledger = self.service.state.ledger
+        if all(ledger.outcomes.get(m.request_id) is not None for m in event.machines):
+            return  # already finished (the reactor catching up on history)
+        if self.leading:
+            self.coordinator.submit([event.batch_id])
 
     def _completed(
         self, batch_id: str, outcomes: tuple[MachineOutcome, ...], completed_event_id: str

@@ -178,6 +178,7 @@ class HostedStream(Generic[S, C, E]):
         self._leading = False
         self._unannounced: list[Folded[E]] = []
         self._observers: list[Callable[[Sequence[Folded[E]]], None]] = []
+        self._fenced_by: Fenced | None = None
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -393,7 +394,9 @@ class HostedStream(Generic[S, C, E]):
         return events, causes, state
 
     def _fenced(self, error: Fenced, group: list[_Submission[C, E]]) -> list[_Submission[C, E]]:
-        self._writer.fencing.deposed(error)
+        # The fencing hears of it once the lock is released (_announce): stepping down stops
+        # threads that may be waiting for this very lock.
+        self._fenced_by = error
         deposed = Deposed(
             f"{self.stream_id}: {error}", term=error.term, current_term=error.current_term
         )
@@ -425,11 +428,16 @@ class HostedStream(Generic[S, C, E]):
 
     def _announce(self) -> None:
         with self._fold:
-            if not self._unannounced or self._leading:
-                return
-            folded, self._unannounced = self._unannounced, []
-        for observer in self._observers:
-            observer(folded)
+            fenced, self._fenced_by = self._fenced_by, None
+            if self._unannounced and not self._leading:
+                folded, self._unannounced = self._unannounced, []
+            else:
+                folded = []
+        if fenced is not None:
+            self._writer.fencing.deposed(fenced)
+        if folded:
+            for observer in self._observers:
+                observer(folded)
 
 
 def opening_append(
