@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import version as package_version
@@ -26,6 +28,7 @@ __all__ = ["main"]
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_TAMPERED = 3
+EXIT_INTERRUPTED = 130
 
 log = structlog.get_logger("cli")
 Command = Callable[[argparse.Namespace], int]
@@ -157,6 +160,28 @@ def _add_serve(commands: Subcommands) -> None:
     serve.add_argument(
         "--fake-latency", type=float, default=2.0, metavar="SECONDS", help="fake cloud's latency"
     )
+    serve.add_argument(
+        "--fake-cloud-file",
+        metavar="PATH",
+        help="keep the fake cloud in this file, shared by every controller given the same file "
+        "(to try failover between controllers)",
+    )
+    serve.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a silent leader keeps the lease before another process takes over "
+        "(default 10)",
+    )
+    serve.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long to finish requests and cloud calls in flight (default 30); "
+        "a second SIGTERM exits at once",
+    )
     serve.set_defaults(run=_serve)
 
 
@@ -177,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fleetledger: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _print_json(value: Any) -> None:
@@ -353,6 +378,7 @@ def _serve(args: argparse.Namespace) -> int:
         MachinesRuntime,
         build_cloud,
     )
+    from fleetledger.adapters.runtime.leadership import Leadership, lease_for
     from fleetledger.domain.errors import InvalidCommand
     from fleetledger.domain.grouper import GrouperConfig
 
@@ -363,12 +389,21 @@ def _serve(args: argparse.Namespace) -> int:
             max_batch_size=args.max_batch_size,
         )
         clock = SystemClock()
-        choice = build_cloud(args.cloud, clock=clock, fake_latency=args.fake_latency)
-    except (CloudNotConfigured, InvalidCommand) as e:
+        choice = build_cloud(
+            args.cloud,
+            clock=clock,
+            fake_latency=args.fake_latency,
+            fake_state=args.fake_cloud_file,
+        )
+        lease = lease_for(resolve_url(args.url), lease_seconds=args.lease_seconds)
+    except (CloudNotConfigured, InvalidCommand, ValueError) as e:
         print(f"fleetledger: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     store = open_store(args.url)
     try:
+        leadership = Leadership(
+            store, lease, clock=clock, check_interval=max(0.2, args.lease_seconds / 5)
+        )
         runtime = MachinesRuntime(
             store,
             choice.cloud,
@@ -376,17 +411,66 @@ def _serve(args: argparse.Namespace) -> int:
             config=config,
             grouper_name=args.grouper,
             coordinator_options=CoordinatorOptions(dispatch_mode=choice.dispatch_mode),
+            leadership=leadership,
+            stop_timeout=args.grace_seconds,
         )
         log.info(
             "serving machine requests",
             url=f"http://{args.host}:{args.port}",
             cloud=choice.description,
             log=store,
+            holder=leadership.holder,
         )
-        uvicorn.run(create_app(runtime, manage_runtime=True), host=args.host, port=args.port)
+        server = _GracefulServer(
+            uvicorn.Config(
+                create_app(runtime, manage_runtime=True),
+                host=args.host,
+                port=args.port,
+                timeout_graceful_shutdown=max(1, int(args.grace_seconds)),
+                log_config=None,
+            )
+        )
+        server.run()
     finally:
         store.close()
     return 0
+
+
+class _GracefulServer:
+    """uvicorn's server, where a second SIGTERM or Ctrl-C exits at once.
+
+    The first signal is uvicorn's graceful shutdown: stop accepting, finish the requests in
+    flight, then the app's shutdown stops the runtime (seal, finish cloud calls within the grace
+    period, answer waiting callers, release the lease). An operator who sends another signal
+    wants out now; the log keeps everything acknowledged, and the next leader resumes it.
+    """
+
+    def __init__(self, config: Any) -> None:
+        import uvicorn
+
+        outer = self
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                if self.should_exit:
+                    outer.exit_now(sig)
+                super().handle_exit(sig, frame)
+
+        self._server = Server(config)
+
+    def exit_now(self, sig: int) -> None:
+        log.warning("second signal: exiting at once; the next leader resumes the work", signal=sig)
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+    def run(self) -> None:
+        # uvicorn re-raises the signal it stopped on once it has shut down, to end the process
+        # the default way; a SIGTERM that was handled gracefully is a clean exit (status 0).
+        previous = signal.signal(signal.SIGTERM, lambda *_: None)
+        try:
+            self._server.run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

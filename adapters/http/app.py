@@ -5,7 +5,10 @@
                                            are appended in one transaction or none is
 ``GET /v1/machines/{request_id}``          status and outcome; ``?wait=SECONDS`` (≤ 60)
                                            long-polls until the outcome is known
-``GET /healthz``                           liveness: the runtime is running
+``GET /healthz``                           liveness: the runtime is running; its role (leader
+                                           or follower) and leader term
+``GET /readyz``                            readiness: the schema is at head and the read model
+                                           has caught up with the log; role and term
 =========================================  =====================================================
 
 Errors, each with the standard ``{"detail": …}`` body: ``422`` for a body that does not validate
@@ -42,6 +45,7 @@ from fleetledger.adapters.machines import (
     RuntimeStopped,
 )
 from fleetledger.domain.errors import InvalidCommand
+from fleetledger.eventstore import EventStoreError, SchemaOutOfDate
 
 from .models import AcceptedResponse, MachineRequestBody, MachinesBody, MachineStatusResponse
 
@@ -52,6 +56,8 @@ log = structlog.get_logger(__name__)
 MAX_WAIT_SECONDS = 60.0
 """Longest ``?wait=``: long enough to cover a batch, short enough for proxies' idle timeouts."""
 _READ_YOUR_WRITES_SECONDS = 10.0
+_READY_LAG_EVENTS = 1000
+"""A read model further behind than this is not ready to answer reads."""
 
 
 def create_app(runtime: MachinesRuntime, *, manage_runtime: bool = False) -> FastAPI:
@@ -129,17 +135,49 @@ def create_app(runtime: MachinesRuntime, *, manage_runtime: bool = False) -> Fas
                 view = projection.get(request_id) or view
         return JSONResponse(view.to_dict())
 
+    _install_health_routes(app, runtime)
+    return app
+
+
+def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
     @app.get("/healthz")
     def healthz() -> JSONResponse:
         """Liveness: 200 while the runtime runs, 503 otherwise."""
         body = {
             "status": "ok" if runtime.running else "stopped",
+            "role": runtime.role,
+            "term": runtime.term,
             "grouper": runtime.service.grouper_name,
             "requests": runtime.projection.counts(),
         }
         return JSONResponse(body, status_code=200 if runtime.running else 503)
 
-    return app
+    @app.get("/readyz")
+    def readyz() -> JSONResponse:
+        """Readiness: 200 when the schema is at head and the read model has caught up."""
+        problems: list[str] = []
+        try:
+            head = runtime.store.head()
+            runtime.store.backend.check_schema()
+        except SchemaOutOfDate as e:
+            problems.append(str(e))
+        except EventStoreError as e:
+            return _error(503, f"the event log is unreachable: {e}", retry_after=5)
+        lag = max(0, head - runtime.projection.position)
+        if lag > _READY_LAG_EVENTS:
+            problems.append(f"read model {lag} events behind the log")
+        if not runtime.running:
+            problems.append("runtime not running")
+        problems.extend(f"reactor stopped: {failure}" for failure in runtime.reactor_failures())
+        body = {
+            "status": "ready" if not problems else "not ready",
+            "role": runtime.role,
+            "term": runtime.term,
+            "log_position": head,
+            "read_model_lag": lag,
+            "problems": problems,
+        }
+        return JSONResponse(body, status_code=200 if not problems else 503)
 
 
 def _domain_request(index: int, item: MachineRequestBody) -> MachineRequest:

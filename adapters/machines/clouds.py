@@ -48,10 +48,20 @@ def build_cloud(
     *,
     clock: Clock,
     fake_latency: float = 2.0,
+    fake_state: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> CloudChoice:
-    """The adapter for ``kind`` (one of :data:`CLOUD_KINDS`)."""
+    """The adapter for ``kind`` (one of :data:`CLOUD_KINDS`); with ``fake_state`` the fake
+    lives in that file and every process given the same file shares it."""
     env = os.environ if environ is None else environ
+    if kind == "fake" and fake_state is not None:
+        from fleetledger.adapters.cloud.shared_fake import SharedFakeCloud
+
+        return CloudChoice(
+            SharedFakeCloud(fake_state, clock=clock, latency=fake_latency),
+            "batch",
+            f"fake cloud shared through {fake_state} ({fake_latency:g} s per create)",
+        )
     if kind == "fake":
         return CloudChoice(
             FakeCloud(clock=clock, latency=fake_latency),

@@ -43,9 +43,14 @@ from fleetledger.adapters.runtime import (
 )
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactor, Reactors
-from fleetledger.domain.grouper import BatchSealed, GrouperConfig, GrouperEvent
+from fleetledger.domain.grouper import (
+    BatchSealed,
+    GrouperConfig,
+    GrouperEvent,
+    MachineRequested,
+)
 from fleetledger.domain.machine_batch import DEFAULT_MAX_ATTEMPTS
-from fleetledger.eventstore import EventStore
+from fleetledger.eventstore import EventStore, RecordedEvent
 from fleetledger.projections.machine_requests import MachineRequestsProjection
 
 from .coordinator import Coordinator, CoordinatorOptions
@@ -87,11 +92,13 @@ class MachinesRuntime:
         actor: str = "fleetledger",
         leadership: Leadership | None = None,
         reactor_poll_seconds: float = 1.0,
+        stop_timeout: float = 30.0,
     ) -> None:
         self.store = store
         self.cloud = cloud
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.leadership = leadership
+        self._stop_timeout = stop_timeout
         self._threads = threads
         if runner is None:
             runner = ThreadRunner(max_workers=max_concurrent_batches) if threads else InlineRunner()
@@ -127,9 +134,10 @@ class MachinesRuntime:
             batch_stream_prefix=batch_stream_prefix(grouper_name),
         )
         self._follower = LogFollower(store, self.projection)
-        # Batches sealed by any process reach the leader's coordinator through this reactor; a
-        # batch this process seals is handed over directly as well (whichever comes first runs
-        # it, the coordinator never runs a batch twice at once).
+        # Followers accept requests too: the leader learns of their requests and seals through
+        # this reactor (catching its grouper up, so the driver sees their deadlines and the
+        # coordinator their batches). A batch this process seals is handed over directly as
+        # well; whichever comes first runs it (the coordinator never runs a batch twice at once).
         grouper_stream = self.service.stream_id
         self._reactors = Reactors(
             store,
@@ -137,9 +145,9 @@ class MachinesRuntime:
                 Reactor(
                     name=f"vm-coordinator-{grouper_name}",
                     codec=GROUPER_CODEC,
-                    types=(BatchSealed,),
+                    types=(MachineRequested, BatchSealed),
                     streams=grouper_stream.__eq__,
-                    react=self._sealed_elsewhere,
+                    react=self._grouper_event,
                 )
             ],
             poll_interval=reactor_poll_seconds,
@@ -161,6 +169,20 @@ class MachinesRuntime:
     def leading(self) -> bool:
         """Whether this process runs the driver, the coordinator and the reactors now."""
         return self._leading.is_set()
+
+    @property
+    def role(self) -> str:
+        """``leader`` or ``follower`` (a runtime without leadership leads while it runs)."""
+        return "leader" if self.leading else "follower"
+
+    @property
+    def term(self) -> int | None:
+        """The leader term this process leads in, if it was elected."""
+        return None if self.leadership is None else self.leadership.term()
+
+    def reactor_failures(self) -> list[str]:
+        """What stopped a reactor, if anything did (for readiness)."""
+        return self._reactors.failures()
 
     def start(self) -> MachinesRuntime:
         """Load, catch the read model up, follow the log; lead now (no leadership configured)
@@ -185,11 +207,14 @@ class MachinesRuntime:
         )
         return self
 
-    def stop(self, *, timeout: float = 30.0) -> None:
+    def stop(self, *, timeout: float | None = None) -> None:
         """Graceful stop: seal everything pending (as leader), give in-flight batches
-        ``timeout`` s, answer every caller still waiting, release the lease."""
+        ``timeout`` s (default: the runtime's ``stop_timeout``), answer every caller still
+        waiting, release the lease."""
         if not self._running:
             return
+        if timeout is None:
+            timeout = self._stop_timeout
         self._running = False
         self.driver.stop()
         self._reactors.stop()
@@ -254,13 +279,18 @@ class MachinesRuntime:
         if self.leading:
             self.coordinator.submit(batch_ids)
 
-    def _sealed_elsewhere(self, event: GrouperEvent, record: object) -> None:
-        assert isinstance(event, BatchSealed)
+    def _grouper_event(self, event: GrouperEvent, record: RecordedEvent) -> None:
+        if record.stream_version > self.service.version:
+            # Written by another process: fold it (observers then wake the driver and hand any
+            # sealed batch to the coordinator).
+            self.service.load()
+            return
+        if not isinstance(event, BatchSealed) or not self.leading:
+            return
         ledger = self.service.state.ledger
         if all(ledger.outcomes.get(m.request_id) is not None for m in event.machines):
             return  # already finished (the reactor catching up on history)
-        if self.leading:
-            self.coordinator.submit([event.batch_id])
+        self.coordinator.submit([event.batch_id])
 
     def _completed(
         self, batch_id: str, outcomes: tuple[MachineOutcome, ...], completed_event_id: str

@@ -36,7 +36,7 @@ from fleetledger.adapters.clock import Clock
 from fleetledger.domain import leadership
 from fleetledger.domain.leadership import ClaimLeadership, LeaderElected, LeadershipState
 from fleetledger.eventstore import EventStore, EventStoreError, Fenced, WrongExpectedVersion
-from fleetledger.eventstore._engine import libpq_conninfo
+from fleetledger.eventstore._engine import libpq_conninfo, normalise_url
 
 from .codec import EventCodec
 
@@ -49,6 +49,7 @@ __all__ = [
     "PostgresLease",
     "Role",
     "default_holder",
+    "lease_for",
 ]
 
 log = structlog.get_logger(__name__)
@@ -221,6 +222,21 @@ class MemoryLease:
     def expire(self) -> None:
         """The lease lapses (as if the holder had stalled past the lease time)."""
         self.release()
+
+
+def lease_for(url: str, *, lease_seconds: float = 10.0) -> Lease:
+    """The lease that fits the database at ``url``: an advisory lock on Postgres, a lock file
+    beside the database file on SQLite."""
+    parsed = normalise_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        return PostgresLease(url, lease_seconds=lease_seconds)
+    database = parsed.database
+    if not database or database == ":memory:":
+        raise ValueError(
+            f"cannot elect a leader on {url!r}: an in-memory SQLite database has no file to lock; "
+            "use a SQLite file or Postgres"
+        )
+    return FileLease(f"{database}.leader")
 
 
 class Leadership:
