@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import version as package_version
+from pathlib import Path
 from typing import Any, TypeAlias
 
 import structlog
@@ -136,7 +137,9 @@ def _add_simulate(commands: Subcommands) -> None:
         help="also run the same arrivals with batching off and print both side by side",
     )
     simulate.add_argument(
-        "--url", help="log to this database (e.g. Postgres) instead of a scratch SQLite file"
+        "--url",
+        help=f"log to this database (e.g. Postgres) instead of ./{SIMULATION_LOG} (replaced "
+        "at each run and kept, for `events tail`, `audit verify`, `dumpstate`)",
     )
     _add_json(simulate)
     simulate.set_defaults(run=_simulate)
@@ -349,20 +352,37 @@ def _bench_grouper(args: argparse.Namespace) -> int:
     return 0
 
 
+SIMULATION_LOG = "fleetledger-sim.db"
+"""Where ``simulate`` keeps its log without ``--url``: replaced by each run, kept afterwards."""
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from fleetledger.adapters.simulator import compare_scenario, get_scenario, run_scenario
 
     get_scenario(args.scenario)  # an unknown name fails now, listing the known ones
+    url = args.url if args.url is not None else _fresh_simulation_log()
     report: Any
     if args.compare:
-        report = compare_scenario(args.scenario, seed=args.seed, url=args.url, against=args.compare)
+        report = compare_scenario(args.scenario, seed=args.seed, url=url, against=args.compare)
     else:
-        report = run_scenario(args.scenario, seed=args.seed, url=args.url)
+        report = run_scenario(args.scenario, seed=args.seed, url=url)
     if args.json:
-        _print_json(report.to_dict())
+        _print_json({**report.to_dict(), "log_url": url})
     else:
         print(report.render())
+        print(
+            f"  the log: {url} — read it with `fleetledger events tail --url {url}`, "
+            f"check it with `fleetledger audit verify --url {url}`"
+        )
     return 0
+
+
+def _fresh_simulation_log() -> str:
+    """``./fleetledger-sim.db``, emptied: the run's log, left for ``events tail`` and friends."""
+    path = Path(SIMULATION_LOG).resolve()
+    for leftover in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
+        leftover.unlink(missing_ok=True)
+    return f"sqlite:///{path}"
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -433,6 +453,7 @@ def _serve(args: argparse.Namespace) -> int:
         server.run()
     finally:
         store.close()
+        choice.close()
     return 0
 
 

@@ -4,7 +4,10 @@ Seed 01 ("Timing Strategy"): a pending batch is sealed when it is *full* (reache
 ``max_batch_size``), *idle* (no request for its template for ``idle_timeout``), at *max*
 (``max_timeout`` since its first request), alone at once for a *skip*-batching request, or at
 *shutdown*. The original could overshoot the size; here the request that fills a batch seals it in
-the same decision, so no batch is ever larger than ``max_batch_size``.
+the same decision, so no batch is ever larger than ``max_batch_size``. That holds across a lowered
+limit too: a batch that grew under a larger ``max_batch_size`` (pending when the process stopped)
+is sealed in parts, each within the current limit — the first part keeps the batch's id, part
+``k`` is ``<id>.<k>`` — all in the one decision that seals it.
 
 Time is logical. Every command carries ``at`` and, before anything else, seals each batch whose
 deadline is at or before it, exactly as a ``Tick(at)`` would. A sealed-by-time batch is stamped
@@ -56,6 +59,7 @@ __all__ = [
     "pending_batches",
     "pending_request_count",
     "request_status",
+    "sealed_batch_id",
 ]
 
 SealReason = Literal["full", "idle", "max", "skip", "shutdown"]
@@ -341,12 +345,15 @@ class Ledger:
 
     ``requests`` keeps each request's event (its content is the idempotency key); ``outcomes``
     the terminal outcome of requests whose batch reported one; ``names`` maps every held machine
-    name (being created, or created) to the request holding it.
+    name (being created, or created) to the request holding it; ``sealed_in`` names the batch of
+    requests sealed under another id than the one they were accepted into (a later part of a
+    batch split when sealed; see :func:`sealed_batch_id`).
     """
 
     requests: _PersistentMap[MachineRequested] = field(default_factory=_PersistentMap)
     outcomes: _PersistentMap[_Outcome] = field(default_factory=_PersistentMap)
     names: _PersistentMap[str] = field(default_factory=_PersistentMap)
+    sealed_in: _PersistentMap[str] = field(default_factory=_PersistentMap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +423,7 @@ def _apply_requested(state: GrouperState, event: MachineRequested) -> GrouperSta
                 ledger.requests.update(((event.request_id, event),)),
                 ledger.outcomes,
                 ledger.names.update(((event.machine_name, event.request_id),)),
+                ledger.sealed_in,
             ),
             state.batches_opened + 1,
             at,
@@ -443,14 +451,46 @@ def _apply_sealed(state: GrouperState, event: BatchSealed) -> GrouperState:
     pending = state.pending
     ledger = state.ledger
     current = pending.get(event.template_hash)
-    if current is not None and current.batch_id == event.batch_id:
+    if current is None:
+        pass
+    elif current.batch_id == event.batch_id and len(event.request_ids) == len(current.requests):
         pending = {h: b for h, b in pending.items() if h != event.template_hash}
         ledger = Ledger(
             ledger.requests.update(current.requests.items()),
             ledger.outcomes,
             ledger.names.update(current.names.items()),
+            ledger.sealed_in,
         )
+    elif event.request_ids and all(r in current.requests for r in event.request_ids):
+        pending, ledger = _apply_sealed_part(pending, ledger, current, event)
     return GrouperState(pending, ledger, state.batches_opened, _later(state.clock, event.at))
+
+
+def _apply_sealed_part(
+    pending: Mapping[str, PendingBatch],
+    ledger: Ledger,
+    current: PendingBatch,
+    event: BatchSealed,
+) -> tuple[Mapping[str, PendingBatch], Ledger]:
+    """One part of a pending batch split when sealed; the rest stays pending until its part."""
+    sealed = set(event.request_ids)
+    moved = [(r, current.requests[r]) for r in event.request_ids]
+    remaining = {r: e for r, e in current.requests.items() if r not in sealed}
+    rest = {h: b for h, b in pending.items() if h != event.template_hash}
+    if remaining:
+        rest[event.template_hash] = PendingBatch(
+            remaining,
+            {n: r for n, r in current.names.items() if r not in sealed},
+            current.first_at,
+            current.last_at,
+        )
+    renamed = [(r, event.batch_id) for r, e in moved if e.batch_id != event.batch_id]
+    return rest, Ledger(
+        ledger.requests.update(moved),
+        ledger.outcomes,
+        ledger.names.update((e.machine_name, r) for r, e in moved),
+        ledger.sealed_in.update(renamed) if renamed else ledger.sealed_in,
+    )
 
 
 def _apply_outcomes(state: GrouperState, event: BatchOutcomesRecorded) -> GrouperState:
@@ -467,7 +507,7 @@ def _apply_outcomes(state: GrouperState, event: BatchOutcomesRecorded) -> Groupe
             released.append(request.machine_name)
     return GrouperState(
         state.pending,
-        Ledger(ledger.requests, outcomes, ledger.names.remove(released)),
+        Ledger(ledger.requests, outcomes, ledger.names.remove(released), ledger.sealed_in),
         state.batches_opened,
         _later(state.clock, event.at),
     )
@@ -629,7 +669,7 @@ def _same_request(
 
 def _name_taken_reason(state: GrouperState, name: str, holder: str) -> str:
     request = _find_request(state, holder)
-    batch_id = request.batch_id if request is not None else "?"
+    batch_id = _sealed_batch_id(state, request) if request is not None else "?"
     if state.ledger.outcomes.get(holder) == "created":
         return (
             f"machine name {name!r} was already created by request {holder!r} "
@@ -710,8 +750,9 @@ def _seal_due(state: GrouperState, config: GrouperConfig, at: datetime) -> list[
     else:
         return []
     return [
-        _seal(batch, reason, _stamp(state, deadline))
+        part
         for deadline, _, batch, reason in _due_order(state, config, at)
+        for part in _seal(batch, reason, _stamp(state, deadline), size)
     ]
 
 
@@ -723,16 +764,34 @@ def _stamp(state: GrouperState, deadline: datetime) -> datetime:
     return deadline if clock is None or deadline > clock else clock
 
 
-def _seal(batch: PendingBatch, reason: SealReason, at: datetime) -> BatchSealed:
-    return BatchSealed(
-        batch.batch_id,
-        batch.template_hash,
-        batch.template,
-        tuple(batch.requests),
-        batch.machines,
-        reason,
-        at,
-    )
+def _seal(batch: PendingBatch, reason: SealReason, at: datetime, limit: int) -> list[BatchSealed]:
+    """``batch`` sealed whole, or in parts of at most ``limit`` if it grew under a larger one."""
+    request_ids = tuple(batch.requests)
+    machines = batch.machines
+    if len(request_ids) <= limit:
+        return [
+            BatchSealed(
+                batch.batch_id,
+                batch.template_hash,
+                batch.template,
+                request_ids,
+                machines,
+                reason,
+                at,
+            )
+        ]
+    return [
+        BatchSealed(
+            batch.batch_id if start == 0 else f"{batch.batch_id}.{start // limit + 1}",
+            batch.template_hash,
+            batch.template,
+            request_ids[start : start + limit],
+            machines[start : start + limit],
+            reason,
+            at,
+        )
+        for start in range(0, len(request_ids), limit)
+    ]
 
 
 def _decide_shutdown(
@@ -743,9 +802,9 @@ def _decide_shutdown(
     events: list[GrouperEvent] = []
     for deadline, _, batch, reason in _due_order(state, config, None):
         if deadline <= at:
-            events.append(_seal(batch, reason, _stamp(state, deadline)))
+            events.extend(_seal(batch, reason, _stamp(state, deadline), config.max_batch_size))
         else:
-            events.append(_seal(batch, "shutdown", at))
+            events.extend(_seal(batch, "shutdown", at, config.max_batch_size))
     return events
 
 
@@ -761,7 +820,7 @@ def _decide_outcomes(
         )
     for request_id in (*created, *failed):
         request = _find_request(state, request_id)
-        if request is None or request.batch_id != command.batch_id:
+        if request is None or _sealed_batch_id(state, request) != command.batch_id:
             raise InvalidCommand(
                 f"request {request_id!r} is not part of batch {command.batch_id}; "
                 "report outcomes against the batch the request was sealed in"
@@ -826,8 +885,22 @@ def request_status(state: GrouperState, request_id: str) -> tuple[RequestStatus,
         return None
     outcome = state.ledger.outcomes.get(request_id)
     if outcome is not None:
-        return outcome, request.batch_id
+        return outcome, _sealed_batch_id(state, request)
     pending = state.pending.get(request.template_hash)
-    if pending is not None and pending.batch_id == request.batch_id:
+    if pending is not None and request_id in pending.requests:
         return "pending", request.batch_id
-    return "sealed", request.batch_id
+    return "sealed", _sealed_batch_id(state, request)
+
+
+def sealed_batch_id(state: GrouperState, request_id: str) -> str | None:
+    """The batch ``request_id`` was sealed in (or waits in, if pending); ``None`` if unknown.
+
+    Usually the batch it was accepted into (``MachineRequested.batch_id``); a request in a later
+    part of a batch split when sealed has that part's id.
+    """
+    request = _find_request(state, request_id)
+    return None if request is None else _sealed_batch_id(state, request)
+
+
+def _sealed_batch_id(state: GrouperState, request: MachineRequested) -> str:
+    return state.ledger.sealed_in.get(request.request_id) or request.batch_id

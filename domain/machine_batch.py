@@ -88,6 +88,8 @@ ErrorCode = Literal[
     "throttled",
     "unknown",
     "not_created",
+    "not_allowed",
+    "name_in_use",
 ]
 ERROR_CODES: tuple[ErrorCode, ...] = get_args(ErrorCode)
 BatchStatus = Literal["new", "sealed", "dispatched", "completed"]
@@ -122,6 +124,7 @@ def batch_put_machine_header(machines: Sequence[MachineVariation]) -> dict[str, 
             for m in machines
         ],
     }
+
 
 
 def encode_batch_put_machine_header(machines: Sequence[MachineVariation]) -> str:
@@ -204,6 +207,8 @@ class RecordMachineResults:
     """Per-machine results by machine name: ``created`` to provider id, ``failed`` to the error.
 
     Machines absent from both maps are *not* assumed created; they stay unresolved until read.
+    ``deleted`` names failed machines the cloud adapter deleted because they remained as failed
+    resources (so nothing billed stays behind); their failures record the deletion.
     """
 
     batch_id: str
@@ -211,6 +216,7 @@ class RecordMachineResults:
     failed: Mapping[str, MachineError] = field(default_factory=dict)
     _: KW_ONLY
     at: datetime
+    deleted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +224,9 @@ class RecordMachineRead:
     """What reading one machine from the cloud showed.
 
     ``created`` needs ``provider_id``; ``failed`` needs ``error``; ``not_found`` needs neither.
+    A ``not_found`` read after a create call that ended without a classified answer (an
+    unexpected exception) carries that exception as ``call_error`` (``"Type: message"``): if the
+    batch gives up on the machine, its failure says what the first such call raised.
     """
 
     batch_id: str
@@ -227,6 +236,7 @@ class RecordMachineRead:
     error: MachineError | None = None
     _: KW_ONLY
     at: datetime
+    call_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +307,10 @@ class MachineCreated:
 
 @dataclass(frozen=True, slots=True)
 class MachineFailed:
-    """Terminal: the machine was not created and will not be by this batch."""
+    """Terminal: the machine was not created and will not be by this batch.
+
+    ``deleted``: what the failed create left in the cloud (a failed resource) was deleted.
+    """
 
     batch_id: str
     request_id: str
@@ -307,16 +320,21 @@ class MachineFailed:
     retryable: bool
     retry_after_seconds: float | None
     at: datetime
+    deleted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class MachineNotFound:
-    """A read found no trace of a dispatched machine: it must be dispatched again."""
+    """A read found no trace of a dispatched machine: it must be dispatched again.
+
+    ``call_error`` is what the create call raised when it ended without a classified answer.
+    """
 
     batch_id: str
     request_id: str
     machine_name: str
     at: datetime
+    call_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +385,8 @@ class BatchState:
     completed: BatchCompleted | None = None
     resume_tokens: Mapping[str, str] = field(default_factory=dict)
     """Request id to the token of its accepted, still unresolved create."""
+    first_call_error: str | None = None
+    """The first create call's unexpected exception (``"Type: message"``), kept for the log."""
 
 
 def initial_state() -> BatchState:
@@ -396,6 +416,7 @@ def evolve(state: BatchState, event: BatchEvent) -> BatchState:
             state,
             to_dispatch=state.to_dispatch | {event.request_id},
             resume_tokens=_without(state.resume_tokens, event.request_id),
+            first_call_error=state.first_call_error or event.call_error,
         )
     if isinstance(event, MachineCreateAccepted):
         return replace(
@@ -636,7 +657,12 @@ def _decide_call_failure(
 
 
 def _failed(
-    batch_id: str, machine: BatchMachine, error: MachineError, at: datetime
+    batch_id: str,
+    machine: BatchMachine,
+    error: MachineError,
+    at: datetime,
+    *,
+    deleted: bool = False,
 ) -> MachineFailed:
     return MachineFailed(
         batch_id,
@@ -647,6 +673,7 @@ def _failed(
         error.retryable,
         error.retry_after_seconds,
         at,
+        deleted,
     )
 
 
@@ -671,6 +698,12 @@ def _decide_results(
         raise InvalidCommand(
             f"machine(s) {', '.join(both)} reported both created and failed; give one result each"
         )
+    deleted = command.deleted
+    if type(deleted) is not tuple or not set(deleted) <= set(failed):
+        raise InvalidCommand(
+            f"deleted must be a tuple of machines reported failed, got {deleted!r}; only a "
+            "failed machine's leftover is deleted"
+        )
     events: list[BatchEvent] = []
     for machine in opened.machines:
         if machine.machine_name in created:
@@ -684,7 +717,9 @@ def _decide_results(
             error = failed[machine.machine_name]
             if not isinstance(error, MachineError):
                 raise InvalidCommand(f"error for {machine.machine_name} must be a MachineError")
-            outcome = _failed(opened.batch_id, machine, error, at)
+            outcome = _failed(
+                opened.batch_id, machine, error, at, deleted=machine.machine_name in deleted
+            )
         else:
             continue  # not reported: stays unresolved until read
         if _is_new_outcome(state, outcome):
@@ -740,7 +775,11 @@ def _decide_read(
     elif command.result == "not_found":
         if command.provider_id is not None or command.error is not None:
             raise InvalidCommand("a 'not_found' read carries neither provider_id nor error")
-        return _decide_not_found(state, opened, machine, at)
+        if command.call_error is not None and not (
+            isinstance(command.call_error, str) and command.call_error
+        ):
+            raise InvalidCommand("call_error must be a non-empty 'Type: message' string or None")
+        return _decide_not_found(state, opened, machine, at, command.call_error)
     else:
         raise InvalidCommand(
             f"result must be 'created', 'failed' or 'not_found', got {command.result!r}"
@@ -751,7 +790,11 @@ def _decide_read(
 
 
 def _decide_not_found(
-    state: BatchState, opened: BatchOpened, machine: BatchMachine, at: datetime
+    state: BatchState,
+    opened: BatchOpened,
+    machine: BatchMachine,
+    at: datetime,
+    call_error: str | None = None,
 ) -> list[BatchEvent]:
     known = state.outcomes.get(machine.request_id)
     if known is not None:
@@ -763,18 +806,25 @@ def _decide_not_found(
         return []  # never sent, or already known to be missing: nothing new
     if len(state.dispatches) >= opened.max_attempts:
         # Giving up keeps the batch finite; "retryable" tells the requester a new request may work.
+        message = f"machine not found after {len(state.dispatches)} create attempt(s)"
+        first = state.first_call_error or call_error
+        if first is not None:
+            # The attempts count is no diagnosis; what the cloud call raised is.
+            message += f"; the first create call ended with {first}"
         failed = MachineFailed(
             opened.batch_id,
             machine.request_id,
             machine.machine_name,
             "not_created",
-            f"machine not found after {len(state.dispatches)} create attempt(s)",
+            message,
             True,
             None,
             at,
         )
         return _with_completion(state, opened, [failed], at)
-    return [MachineNotFound(opened.batch_id, machine.request_id, machine.machine_name, at)]
+    return [
+        MachineNotFound(opened.batch_id, machine.request_id, machine.machine_name, at, call_error)
+    ]
 
 
 def _is_new_outcome(state: BatchState, outcome: _Outcome) -> bool:

@@ -202,7 +202,7 @@ def _workload(
                 f"aks-bench-{i:07d}",
                 template,
                 zones=(str(rng.randint(1, 3)),),
-                tags=(("fleetledger.io/shard", str(i % 17)),),
+                tags=(("fleetledger-shard", str(i % 17)),),
                 at=at,
             )
         )

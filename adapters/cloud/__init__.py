@@ -2,8 +2,9 @@
 
 The real adapters live in their own modules and are imported from there, so that using the port
 or the fake never needs their SDKs: ``adapters.cloud.aks.AksMachinesCloud`` (needs the optional
-``azure-mgmt-containerservice``) and ``adapters.cloud.azure_vm.AzureVmCloud``. Tests against the
-real SDKs use ``adapters.cloud.fake_arm.FakeArmServer``.
+``azure-mgmt-containerservice``) and ``adapters.cloud.azure_vm.AzureVmCloud``; their credential
+and clients come from ``adapters.cloud.azure_session.AzureSession``. Tests against the real SDKs
+use ``adapters.cloud.fake_arm.FakeArmServer``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 from .errors import (
     CapacityUnavailable,
     CloudError,
+    CloudSetupError,
+    NameInUse,
+    OperationRefused,
     QuotaExceeded,
     SkuUnavailable,
     Throttled,
@@ -39,11 +43,14 @@ __all__ = [
     "CapacityUnavailable",
     "CloudError",
     "CloudMachines",
+    "CloudSetupError",
     "FakeCall",
     "FakeCloud",
     "MachineObservation",
     "MachineSpec",
     "MachineStatus",
+    "NameInUse",
+    "OperationRefused",
     "ProgressNote",
     "QuotaExceeded",
     "SkuUnavailable",

@@ -1,71 +1,117 @@
-"""``CloudMachines`` on the AKS machines API: one PUT per batch.
+"""``CloudMachines`` on the AKS machines API: one batch PUT, then one GET per machine.
 
 Seed 01 ("BatchPutMachine Header"): the PUT body carries the shared template once; the
 ``BatchPutMachine`` header lists every machine of the batch with its name, zones and tags. The
 PUT is addressed to the batch's first machine (the API's resource URL names one machine); the
-header, not the URL, says which machines to make.
+header, not the URL, says which machines to make. The header keeps seed 01's shape,
+``{"vmSkus": {"value": []}, "batchMachines": [...]}``: the service reads ``batchMachines`` and
+accepts the header with or without ``vmSkus``, and the log records the header exactly as sent
+(:func:`fleetledger.domain.machine_batch.batch_put_machine_header`), so changing the shape would
+change every recorded dispatch for nothing.
 
-azure-mgmt-containerservice 41.8 only has ``machines.get``/``list`` — creating machines is in the
-preview API (``2025-07-02-preview``), not in the installed SDK — so the PUT and the operation
-polling go through the same client's pipeline with ``send_request`` (same credential, retry,
-logging and user-agent policies); reads use the SDK's ``machines.get``.
+The PUT is the SDK's typed ``machines.begin_create_or_update`` (azure-mgmt-containerservice
+41.9.0b1 and later), with the header attached and its poller discarded. The client must speak the
+preview API version those releases carry: only it can create machines, and only its machine model
+has ``provisioningState`` and ``status`` (on the stable version a machine would read as creating
+forever). Reads go through the same client, so through the same version.
 
-Wire shape, and how this adapter reads it:
+How the service answers the batch PUT, and how this adapter reads it:
 
-- ``201`` + ``Azure-AsyncOperation``: accepted. Each machine gets a :class:`ProgressNote` whose
-  token is the operation URL. The terminal operation body is read as::
+- ``2xx``: every machine of the header has started. The ``Azure-AsyncOperation`` it returns covers
+  only the machine the URL names, so each machine's progress is read with its own GET until it is
+  ``Succeeded`` or ``Failed`` (its ``status.provisioningError`` says why) or ``poll_timeout``
+  passes (then it stays *unknown*).
+- a flat error body (no ``error`` wrapper) with code ``BatchMachineClientError`` lists the
+  machines that did not start in ``details[]`` (``target`` is the machine name, each with its own
+  code and message); with ``BatchMachineInternalServerError`` the same list is JSON inside
+  ``message``. Machines not listed have started.
+- any other error code applies to every machine of the batch, and nothing started: the call
+  raises the classified :class:`CloudError`.
+- a lost answer or a 5xx without per-machine details: nothing is known, so each machine is read.
 
-      {"status": "Succeeded" | "Failed" | "Canceled",
-       "properties": {"machines": [{"name", "id", "provisioningState": "Succeeded"}, ...]},
-       "error": {"code": "MultipleErrorsOccurred", "message": ...,
-                 "details": [{"code": "ZonalAllocationFailed", "target": "<machine>", ...}]}}
+Retries. azure-core's retry policy re-sends a PUT after a 5xx, a 429 or a lost answer, and the
+service answers a machine that already exists with an error, so a replayed batch would report
+the machines its first attempt started as failed. The batch PUT therefore goes out with transport
+retries off (``retry_total=0``); after a lost answer the machines a GET cannot find (known not to
+have started) are sent once more, and a machine the service says failed is read before it is
+reported failed: if it exists and its ownership tags are ours, it started after all.
 
-  listed machines are *created* (``id`` is the provider id); a ``details`` entry whose ``target``
-  names a machine *fails* that machine; an error without targeted details fails every machine not
-  listed; anything else stays *unknown*. An operation still running at ``poll_timeout`` leaves
-  every machine unknown (read them later with the token).
-- non-2xx: the batch was refused. Targeted ``details`` fail the machines they name (the rest are
-  unknown); without them the whole call raises the classified :class:`CloudError`.
-- the answer to the PUT is lost (``ServiceResponseError``): every machine is unknown.
+Ownership: the body's ``tags`` name the owner and the batch (:data:`OWNER_TAG`, :data:`BATCH_TAG`);
+they reach every machine of the batch. A machine that exists under another owner's tags is never
+taken over: its request fails with :class:`NameInUse`.
+
+Failed leftovers: a machine whose provisioning failed stays in the pool as a failed resource; it is
+deleted (``delete_failed``) and the result says so (``BatchCreateResult.deleted``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
-from azure.core.exceptions import AzureError, ResourceNotFoundError, ServiceResponseError
-from azure.core.rest import HttpRequest, HttpResponse
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceNotFoundError,
+    ServiceResponseError,
+)
 
 from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.domain.template import MachineTemplate
 
-from .arm import provisioning_status, sole_zone
-from .errors import CloudError, classify_arm_error, from_azure_error, retry_after_seconds
+from .arm import invalid_tag_keys, provisioning_status, sole_zone
+from .errors import (
+    CloudError,
+    CloudSetupError,
+    NameInUse,
+    UnknownCloudError,
+    classify_arm_error,
+    from_azure_error,
+)
 from .port import (
     BATCH_PUT_MACHINE_HEADER,
     BatchCreate,
     BatchCreateResult,
     MachineObservation,
+    MachineSpec,
     ProgressNote,
     encode_batch_put_machine_header,
 )
 
 if TYPE_CHECKING:
     from azure.mgmt.containerservice import ContainerServiceClient
+    from azure.mgmt.containerservice.models import Machine
 
-__all__ = ["PREVIEW_API_VERSION", "AksMachinesCloud", "machine_body"]
+__all__ = [
+    "BATCH_TAG",
+    "MAX_BATCH_MACHINES",
+    "OWNER_TAG",
+    "PREVIEW_API_VERSION",
+    "AksMachinesCloud",
+    "machine_body",
+]
 
-#: The first API version with machine create (``Machines_CreateOrUpdate``).
-PREVIEW_API_VERSION = "2025-07-02-preview"
+#: The preview API version of azure-mgmt-containerservice 41.9.0b1, the first release whose
+#: ``machines.begin_create_or_update`` exists; build the client with ``api_version=`` this.
+PREVIEW_API_VERSION = "2026-08-02-preview"
 
-_TERMINAL = frozenset({"succeeded", "failed", "canceled"})
+#: The machines API takes at most this many machines in one batch PUT, whatever the grouper's
+#: ``max_batch_size``; larger batches go out as several PUTs.
+MAX_BATCH_MACHINES = 50
+
+#: Ownership tags on every machine (Azure refuses tag names containing ``/<>%&\\?``).
+OWNER_TAG = "fleetledger-owner"
+BATCH_TAG = "fleetledger-batch"
+
+_BATCH_CLIENT_ERROR = "BatchMachineClientError"
+_BATCH_INTERNAL_ERROR = "BatchMachineInternalServerError"
+_MACHINES_MODE = "machines"
 
 
 class AksMachinesCloud:
-    """Creates machines in one AKS agent pool, a batch per PUT."""
+    """Creates machines in one AKS agent pool (in ``Machines`` mode), a batch per PUT."""
 
     def __init__(
         self,
@@ -74,29 +120,46 @@ class AksMachinesCloud:
         resource_group: str,
         cluster_name: str,
         agent_pool: str,
+        owner: str = "fleetledger",
         clock: Clock | None = None,
-        api_version: str = PREVIEW_API_VERSION,
         poll_interval: float = 5.0,
         poll_timeout: float = 900.0,
+        max_batch_machines: int = MAX_BATCH_MACHINES,
+        delete_failed: bool = True,
     ) -> None:
         for name, value in (
             ("resource_group", resource_group),
             ("cluster_name", cluster_name),
             ("agent_pool", agent_pool),
-            ("api_version", api_version),
+            ("owner", owner),
         ):
             if not value:
                 raise ValueError(f"AksMachinesCloud needs a non-empty {name}")
         if poll_interval < 0 or poll_timeout < 0:
             raise ValueError("poll_interval and poll_timeout are seconds and must be >= 0")
+        if not 1 <= max_batch_machines <= MAX_BATCH_MACHINES:
+            raise ValueError(
+                f"max_batch_machines must be 1-{MAX_BATCH_MACHINES} (the API's limit), "
+                f"got {max_batch_machines}"
+            )
+        api_version = str(getattr(client._config, "api_version", ""))
+        if not api_version.endswith("-preview"):
+            raise CloudSetupError(
+                f"the ContainerServiceClient speaks API version {api_version!r}, which cannot "
+                f"create machines and reads them without a provisioning state; build it with "
+                f"api_version={PREVIEW_API_VERSION!r}"
+            )
         self._client = client
         self._resource_group = resource_group
         self._cluster_name = cluster_name
         self._agent_pool = agent_pool
+        self._owner = owner
         self._clock: Clock = clock if clock is not None else SystemClock()
-        self._api_version = api_version
         self._poll_interval = poll_interval
         self._poll_timeout = timedelta(seconds=poll_timeout)
+        self._max_batch = max_batch_machines
+        self._delete_failed = delete_failed
+        self._check_agent_pool()
 
     def create_batch(
         self,
@@ -104,191 +167,331 @@ class AksMachinesCloud:
         *,
         on_progress: Callable[[ProgressNote], None] | None = None,
     ) -> BatchCreateResult:
-        put = HttpRequest(
-            "PUT",
-            self._machine_path(request.machines[0].machine_name),
-            params={"api-version": self._api_version},
-            headers={BATCH_PUT_MACHINE_HEADER: encode_batch_put_machine_header(request.machines)},
-            json=machine_body(request.template),
-        )
-        try:
-            response = self._client.send_request(put)
-        except ServiceResponseError:
-            return BatchCreateResult()  # sent, answer lost: the batch may exist; all unknown
-        except AzureError as e:
-            raise from_azure_error(e) from e
-        if response.status_code not in (200, 201):
-            return _refused(request, response)
-        operation_url = response.headers.get("Azure-AsyncOperation")
-        if operation_url is None:
-            # Our protocol always answers with an operation; without one nothing is known.
-            return BatchCreateResult()
-        if on_progress is not None:
-            for name in request.machine_names:
-                on_progress(ProgressNote(name, operation_url))
-        operation = self._await(operation_url)
-        if operation is None:
-            return BatchCreateResult()
-        return _outcomes(request, operation)
+        bad = {m.machine_name: invalid_tag_keys(m.tags) for m in request.machines}
+        if any(bad.values()):
+            # The header must list every machine of the batch as recorded, so one machine cannot
+            # be left out: the batch is refused before anything is sent.
+            named = "; ".join(f"{n}: {', '.join(keys)}" for n, keys in bad.items() if keys)
+            raise UnknownCloudError(
+                f"Azure refuses tag names containing / < > % & \\ ?; rename them ({named})",
+                provider_code="InvalidRequest",
+            )
+        created: dict[str, str] = {}
+        failed: dict[str, CloudError] = {}
+        deleted: list[str] = []
+        for start in range(0, len(request.machines), self._max_batch):
+            part = request.machines[start : start + self._max_batch]
+            result = self._create_part(request, part, on_progress)
+            created.update(result.created)
+            failed.update(result.failed)
+            deleted.extend(result.deleted)
+        return BatchCreateResult(created=created, failed=failed, deleted=tuple(deleted))
 
     def read_machine(
         self, machine_name: str, *, resume_token: str | None = None
     ) -> MachineObservation:
-        if resume_token is not None:
-            # Resuming is waiting for the batch's operation to end; the machine then says how
-            # it went (its provisioningError carries the classified failure).
-            self._await(resume_token)
+        if resume_token is None:
+            return self._observe(machine_name)
+        # The token only says the machine was started; resuming is reading it until it is done.
+        seen = self._await([machine_name]).get(machine_name)
+        return seen if seen is not None else self._observe(machine_name)
+
+    # -- the batch PUT ------------------------------------------------------------------------
+
+    def _create_part(
+        self,
+        request: BatchCreate,
+        machines: Sequence[MachineSpec],
+        on_progress: Callable[[ProgressNote], None] | None,
+    ) -> BatchCreateResult:
+        body = machine_body(request.template, tags=self._ownership(request.batch_id))
+        started, refused = self._put(machines, body)
+        failed: dict[str, CloudError] = {}
+        if refused is None:
+            # Nothing is known: what exists started; what does not never did, so one more PUT
+            # of those alone cannot make anything twice.
+            started, unstarted, failed = self._sort_out(machines)
+            if unstarted:
+                try:
+                    again, refused = self._put(unstarted, body)
+                except CloudError as e:
+                    # Refused as a whole this time: it speaks for the unstarted machines only.
+                    again, refused = [], dict.fromkeys((m.machine_name for m in unstarted), e)
+                started += again
+                if refused is None:
+                    refused = {}
+        for name, error in (refused or {}).items():
+            try:
+                machine = self._get(name)
+            except CloudError:
+                continue  # unknown: reading it later decides
+            if machine is None:
+                failed[name] = error
+            elif self._is_ours(machine):
+                started.append(name)  # ours already: a replay, or a create that did start
+            else:
+                failed[name] = _name_in_use(name)
+        if on_progress is not None:
+            for name in started:
+                on_progress(ProgressNote(name, self._machine_token(name)))
+        created: dict[str, str] = {}
+        deleted: list[str] = []
+        for name, seen in self._await(started).items():
+            if seen.status == "succeeded" and seen.provider_id is not None:
+                created[name] = seen.provider_id
+            elif seen.status == "failed" and seen.error is not None:
+                failed[name] = seen.error
+                if self._delete_failed and self._delete([name]):
+                    deleted.append(name)
+        return BatchCreateResult(created=created, failed=failed, deleted=tuple(deleted))
+
+    def _put(
+        self, machines: Sequence[MachineSpec], body: Machine
+    ) -> tuple[list[str], dict[str, CloudError] | None]:
+        """Send one batch PUT: the machines started, and those refused (``None``: not known).
+
+        Raises the classified error when the batch was refused as a whole.
+        """
+        names = [m.machine_name for m in machines]
         try:
-            machine = self._client.machines.get(
+            self._client.machines.begin_create_or_update(
+                self._resource_group,
+                self._cluster_name,
+                self._agent_pool,
+                names[0],
+                body,
+                headers={BATCH_PUT_MACHINE_HEADER: encode_batch_put_machine_header(machines)},
+                polling=False,
+                retry_total=0,
+            )
+        except ServiceResponseError:
+            return [], None
+        except HttpResponseError as e:
+            refused = _refusals(e, machines)
+            if refused is not None:
+                return [n for n in names if n not in refused], refused
+            if e.status_code is not None and e.status_code >= 500:
+                return [], None  # the service's own trouble: it may have started some
+            raise from_azure_error(e) from e
+        except AzureError as e:
+            raise from_azure_error(e) from e
+        return names, {}
+
+    def _sort_out(
+        self, machines: Sequence[MachineSpec]
+    ) -> tuple[list[str], list[MachineSpec], dict[str, CloudError]]:
+        """After a lost answer: started (ours, found), never started, and others' names."""
+        started: list[str] = []
+        unstarted: list[MachineSpec] = []
+        failed: dict[str, CloudError] = {}
+        for spec in machines:
+            try:
+                machine = self._get(spec.machine_name)
+            except CloudError:
+                continue  # unknown: reading it later decides
+            if machine is None:
+                unstarted.append(spec)
+            elif self._is_ours(machine):
+                started.append(spec.machine_name)
+            else:
+                failed[spec.machine_name] = _name_in_use(spec.machine_name)
+        return started, unstarted, failed
+
+    # -- reading machines ---------------------------------------------------------------------
+
+    def _await(self, names: Sequence[str]) -> dict[str, MachineObservation]:
+        """Read each machine until it is final or ``poll_timeout`` passes; unread ones are left
+        out (unknown)."""
+        deadline = self._clock.now() + self._poll_timeout
+        final: dict[str, MachineObservation] = {}
+        waiting = list(names)
+        while waiting:
+            still: list[str] = []
+            for name in waiting:
+                try:
+                    seen = self._observe(name)
+                except CloudError:
+                    continue  # a failed read says nothing about the machine: unknown
+                if seen.status == "creating":
+                    still.append(name)
+                elif seen.status != "not_found":
+                    final[name] = seen
+            waiting = still
+            if not waiting or self._clock.now() >= deadline:
+                break
+            self._clock.sleep(self._poll_interval)
+        return final
+
+    def _observe(self, machine_name: str) -> MachineObservation:
+        machine = self._get(machine_name)
+        if machine is None:
+            return MachineObservation(machine_name, "not_found")
+        return _observation_of(machine_name, machine)
+
+    def _get(self, machine_name: str) -> Machine | None:
+        try:
+            return self._client.machines.get(
                 self._resource_group, self._cluster_name, self._agent_pool, machine_name
             )
         except ResourceNotFoundError:
-            return MachineObservation(machine_name, "not_found")
+            return None
         except AzureError as e:
             raise from_azure_error(e) from e
-        # The stable SDK model predates provisioningState; its raw mapping still carries it.
-        return _observation_of(machine_name, machine)
 
-    # -- internals ------------------------------------------------------------------------------
+    def _is_ours(self, machine: Machine) -> bool:
+        tags = (machine.properties.tags if machine.properties else None) or {}
+        return tags.get(OWNER_TAG) == self._owner
 
-    def _machine_path(self, machine_name: str) -> str:
-        # The generated client keeps the subscription only in its config; reading it there keeps
-        # the PUT and the SDK's own GET on the same subscription.
-        subscription = self._client._config.subscription_id
-        parts = (subscription, self._resource_group, self._cluster_name, self._agent_pool)
-        s, rg, cluster, pool = (quote(p, safe="") for p in parts)
+    def _delete(self, names: list[str]) -> bool:
+        """Delete failed leftovers so nothing billed stays behind; ``False`` if it was refused."""
+        from azure.mgmt.containerservice.models import AgentPoolDeleteMachinesParameter
+
+        try:
+            self._client.agent_pools.begin_delete_machines(
+                self._resource_group,
+                self._cluster_name,
+                self._agent_pool,
+                AgentPoolDeleteMachinesParameter(machine_names=names),
+                polling=False,
+            )
+        except AzureError:
+            return False
+        return True
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def _check_agent_pool(self) -> None:
+        where = f"{self._resource_group}/{self._cluster_name}/{self._agent_pool}"
+        try:
+            pool = self._client.agent_pools.get(
+                self._resource_group, self._cluster_name, self._agent_pool
+            )
+        except ResourceNotFoundError as e:
+            raise CloudSetupError(
+                f"agent pool {where} does not exist; create it with mode Machines"
+            ) from e
+        except AzureError as e:
+            raise CloudSetupError(f"agent pool {where} could not be read: {e}") from e
+        raw = pool.properties.mode if pool.properties else None
+        # The SDK hands back its enum for known modes and the plain string for others.
+        mode = str(getattr(raw, "value", raw) or "")
+        if mode.lower() != _MACHINES_MODE:
+            raise CloudSetupError(
+                f"agent pool {where} is in mode {mode or 'unknown'!r}; the machines API needs "
+                f"an agent pool in mode Machines"
+            )
+
+    def _ownership(self, batch_id: str) -> dict[str, str]:
+        return {OWNER_TAG: self._owner, BATCH_TAG: batch_id}
+
+    def _machine_token(self, machine_name: str) -> str:
         return (
-            f"/subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.ContainerService"
-            f"/managedClusters/{cluster}/agentPools/{pool}/machines/{quote(machine_name, safe='')}"
+            f"aks-machine:{self._resource_group}/{self._cluster_name}/{self._agent_pool}"
+            f"/{machine_name}"
         )
 
-    def _await(self, operation_url: str) -> Mapping[str, Any] | None:
-        """The operation's terminal body, or ``None`` if it could not be learnt in time."""
-        deadline = self._clock.now() + self._poll_timeout
-        while True:
-            try:
-                response = self._client.send_request(HttpRequest("GET", operation_url))
-            except AzureError:
-                return None
-            if response.status_code != 200:
-                return None
-            body = _json_object(response)
-            if str(body.get("status", "")).lower() in _TERMINAL:
-                return body
-            if self._clock.now() >= deadline:
-                return None
-            wait = retry_after_seconds(response.headers)
-            self._clock.sleep(self._poll_interval if wait is None else wait)
 
+def machine_body(template: MachineTemplate, *, tags: Mapping[str, str] | None = None) -> Machine:
+    """The PUT body: the template as a typed AKS machine (per-machine fields are in the header)."""
+    from azure.mgmt.containerservice import models
 
-def machine_body(template: MachineTemplate) -> dict[str, object]:
-    """The PUT body: the template as an AKS machine's properties (per-machine fields excluded)."""
-    hardware: dict[str, object] = {"vmSize": template.vm_size}
-    if template.gpu_profile is not None:
-        hardware["gpuInstanceProfile"] = template.gpu_profile  # agent pools' name for it
-    kubernetes = _present(
-        orchestratorVersion=template.orchestrator_version,
-        maxPods=template.max_pods,
-        kubeletConfig=dict(template.kubelet_config) or None,
+    hardware = models.MachineHardwareProfile(
+        vm_size=template.vm_size, gpu_instance_profile=template.gpu_profile
     )
-    operating_system = _present(
-        osType="Linux",
-        osSKU=template.os_sku,
-        osDiskSizeGB=template.os_disk_size_gb,
-        osDiskType=template.os_disk_type,
-        enableFips=template.enable_fips,
+    kubernetes = models.MachineKubernetesProfile(
+        orchestrator_version=template.orchestrator_version,
+        max_pods=template.max_pods,
+        kubelet_config=(
+            models.KubeletConfig(dict(template.kubelet_config)) if template.kubelet_config else None
+        ),
     )
-    properties: dict[str, object] = {
-        "hardware": hardware,
-        "kubernetes": kubernetes,
-        "operatingSystem": operating_system,
-        "mode": template.mode,
-        "priority": "Spot" if template.priority == "spot" else "Regular",
-    }
-    if template.vnet_subnet_id is not None:
-        properties["network"] = {"vnetSubnetID": template.vnet_subnet_id}
-    return {"properties": properties}
-
-
-def _present(**fields: object) -> dict[str, object]:
-    return {k: v for k, v in fields.items() if v is not None}
-
-
-def _refused(request: BatchCreate, response: HttpResponse) -> BatchCreateResult:
-    """A non-2xx answer: per-machine refusals if the error names machines, else raise."""
-    error = _json_object(response).get("error") or {}
-    failed, untargeted = _failures(
-        request,
-        error,
-        status=response.status_code,
-        retry_after=retry_after_seconds(response.headers),
+    operating_system = models.MachineOSProfile(
+        os_type="Linux",
+        os_sku=template.os_sku,
+        os_disk_size_gb=template.os_disk_size_gb,
+        os_disk_type=template.os_disk_type,
+        enable_fips=template.enable_fips,
     )
-    if failed:
-        return BatchCreateResult(failed=failed)
-    raise untargeted
+    network = (
+        models.MachineNetworkProperties(vnet_subnet_id=template.vnet_subnet_id)
+        if template.vnet_subnet_id is not None
+        else None
+    )
+    properties = models.MachineProperties(
+        hardware=hardware,
+        kubernetes=kubernetes,
+        operating_system=operating_system,
+        mode=template.mode,
+        priority="Spot" if template.priority == "spot" else "Regular",
+        network=network,
+        tags=dict(tags) if tags else None,
+    )
+    return models.Machine(properties=properties)
 
 
-def _outcomes(request: BatchCreate, operation: Mapping[str, Any]) -> BatchCreateResult:
-    properties = operation.get("properties") or {}
-    created = {
-        str(m["name"]): str(m.get("id") or m["name"])
-        for m in properties.get("machines") or []
-        if m.get("name") in request.machine_names
-        and str(m.get("provisioningState", "")).lower() == "succeeded"
-    }
-    failed: dict[str, CloudError] = {}
-    error = operation.get("error")
-    if error:
-        failed, untargeted = _failures(request, error)
-        if not failed:
-            # The operation failed as a whole: that verdict covers every machine not listed.
-            failed = {n: untargeted for n in request.machine_names if n not in created}
-    return BatchCreateResult(created=created, failed=failed)
-
-
-def _failures(
-    request: BatchCreate,
-    error: Mapping[str, Any],
-    *,
-    status: int | None = None,
-    retry_after: float | None = None,
-) -> tuple[dict[str, CloudError], CloudError]:
-    """Per-machine errors from ``details[].target``, and the error itself, classified."""
-    failed: dict[str, CloudError] = {}
-    for detail in error.get("details") or []:
-        target = detail.get("target")
-        if target not in request.machine_names:
+def _refusals(
+    error: HttpResponseError, machines: Sequence[MachineSpec]
+) -> dict[str, CloudError] | None:
+    """Per-machine refusals of a batch error body, or ``None`` if it is not one."""
+    body = _body(error)
+    code = body.get("code")
+    if code == _BATCH_CLIENT_ERROR:
+        details = body.get("details")
+    elif code == _BATCH_INTERNAL_ERROR:
+        try:
+            details = json.loads(str(body.get("message") or "")).get("details")
+        except (ValueError, AttributeError):
+            details = None
+    else:
+        return None
+    names = {m.machine_name: m for m in machines}
+    refused: dict[str, CloudError] = {}
+    for detail in details if isinstance(details, list) else []:
+        target = detail.get("target") if isinstance(detail, dict) else None
+        if target not in names:
             continue
-        failed[target] = classify_arm_error(
+        server_side = code == _BATCH_INTERNAL_ERROR
+        refused[target] = classify_arm_error(
             detail.get("code"),
-            detail.get("message") or "",
-            zone=request.spec(target).zone,
+            str(detail.get("message") or ""),
+            status=500 if server_side else None,
+            zone=names[target].zone,
         )
-    untargeted = classify_arm_error(
-        error.get("code"), error.get("message") or "", status=status, retry_after=retry_after
+    if not refused:
+        return None  # a batch code without usable details tells nothing per machine
+    return refused
+
+
+def _body(error: HttpResponseError) -> dict[str, Any]:
+    try:
+        text = error.response.text() if error.response is not None else ""
+        body = json.loads(text) if text else {}
+    except (ValueError, AttributeError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _name_in_use(machine_name: str) -> NameInUse:
+    return NameInUse(
+        f"machine name {machine_name} is in use by another owner (its {OWNER_TAG} tag is not "
+        "ours); choose another name",
+        provider_code="NameInUse",
     )
-    return failed, untargeted
 
 
-def _observation_of(machine_name: str, machine: Mapping[str, Any]) -> MachineObservation:
-    properties: Mapping[str, Any] = machine.get("properties") or {}
-    state = str(properties.get("provisioningState", ""))
+def _observation_of(machine_name: str, machine: Machine) -> MachineObservation:
+    properties = machine.properties
+    state = str((properties.provisioning_state if properties else None) or "")
     status = provisioning_status(state)
     error: CloudError | None = None
     if status == "failed":
-        problem = (properties.get("status") or {}).get("provisioningError") or {}
-        error = classify_arm_error(
-            problem.get("code") or "ProvisioningFailed",
-            problem.get("message") or f"machine {machine_name} is {state.lower()}",
-            zone=sole_zone(machine.get("zones")),
+        problem = properties.status.provisioning_error if properties and properties.status else None
+        code = (problem.code if problem else None) or "ProvisioningFailed"
+        message = (problem.message if problem else None) or (
+            f"machine {machine_name} is {state.lower()}"
         )
-    provider_id = str(machine["id"]) if machine.get("id") else None
+        error = classify_arm_error(code, message, zone=sole_zone(machine.zones))
+        if isinstance(error, UnknownCloudError) and not error.message:
+            error = UnknownCloudError(f"machine {machine_name} failed to provision")
+    provider_id = str(machine.id) if machine.id else None
     return MachineObservation(machine_name, status, provider_id, error)
-
-
-def _json_object(response: HttpResponse) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}

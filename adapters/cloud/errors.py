@@ -7,7 +7,11 @@ Exception tree::
      ├── CapacityUnavailable   "capacity_unavailable"  no capacity for the size in ``zone``
      ├── SkuUnavailable        "sku_unavailable"       the size is not offered here (region/zone)
      ├── Throttled             "throttled"             too many requests; wait ``retry_after`` s
+     ├── OperationRefused      "not_allowed"           ARM refused the operation (not for quota)
+     ├── NameInUse             "name_in_use"           the machine name belongs to another owner
      └── UnknownCloudError     "unknown"               anything else; ``retryable`` as classified
+
+    CloudSetupError            the adapter cannot work with what it was pointed at (start-up)
 
 ``code`` is the stable string callers record in the log and branch on; ``provider_code`` keeps the
 cloud's own code (e.g. ``ZonalAllocationFailed``) for people reading that log. ``retryable`` says
@@ -31,6 +35,9 @@ from azure.core.exceptions import AzureError, HttpResponseError, ServiceRequestE
 __all__ = [
     "CapacityUnavailable",
     "CloudError",
+    "CloudSetupError",
+    "NameInUse",
+    "OperationRefused",
     "QuotaExceeded",
     "SkuUnavailable",
     "Throttled",
@@ -108,6 +115,28 @@ class Throttled(CloudError):
         super().__init__(message, retry_after=retry_after, provider_code=provider_code)
 
 
+class OperationRefused(CloudError):
+    """ARM refused the operation for a reason of its own (``OperationNotAllowed`` not about quota).
+
+    Not retryable: the same request meets the same policy.
+    """
+
+    code = "not_allowed"
+
+
+class NameInUse(CloudError):
+    """A machine of that name exists and its ownership tags say it is not ours; never taken over."""
+
+    code = "name_in_use"
+
+
+class CloudSetupError(Exception):
+    """The adapter cannot work against what it was configured for (raised at start-up).
+
+    Not a :class:`CloudError`: no machine's outcome is involved; the message says what to fix.
+    """
+
+
 class UnknownCloudError(CloudError):
     """Any other failure; ``retryable`` is true for server-side and transport failures."""
 
@@ -128,14 +157,13 @@ class UnknownCloudError(CloudError):
 # (https://learn.microsoft.com/azure/azure-resource-manager/troubleshooting/common-deployment-errors)
 # and the compute allocation-failure guide
 # (https://learn.microsoft.com/troubleshoot/azure/virtual-machines/allocation-failure).
-_QUOTA_CODES = frozenset(
-    {
-        # Compute answers a core-quota overrun with 409 OperationNotAllowed ("…results in
-        # exceeding approved standardDSv3Family Cores quota…").
-        "OperationNotAllowed",
-        "QuotaExceeded",
-    }
-)
+_QUOTA_CODES = frozenset({"QuotaExceeded"})
+# Compute answers a core-quota overrun with 409 OperationNotAllowed ("…results in exceeding
+# approved standardDSv3Family Cores quota…"), but the same code refuses much else (an operation
+# on a deallocating VM, a change to an immutable property): only a cores quota named in the
+# message makes it quota.
+_NOT_ALLOWED_CODE = "OperationNotAllowed"
+_CORES_QUOTA_PHRASES = ("family cores quota", "total regional cores quota", "lowprioritycores")
 _CAPACITY_CODES = frozenset(
     {
         "ZonalAllocationFailed",  # no capacity for the size in the requested zone
@@ -144,7 +172,10 @@ _CAPACITY_CODES = frozenset(
         "OverconstrainedAllocationRequest",  # same, without a zone
     }
 )
-_SKU_CODES = frozenset({"SkuNotAvailable"})
+_SKU_CODES = frozenset({"SkuNotAvailable", "VMSizeNotSupported"})
+# AKS answers a size the subscription may not use with a generic BadRequest; its message is
+# "… VM size of Standard_X is not supported for subscription … in location …".
+_SKU_BAD_REQUEST_PHRASE = "is not supported for subscription"
 _THROTTLE_CODES = frozenset({"TooManyRequests"})  # ARM's body code that comes with HTTP 429
 
 
@@ -166,9 +197,14 @@ def classify_arm_error(
         return Throttled(text, retry_after=retry_after, provider_code=code)
     if code in _QUOTA_CODES:
         return QuotaExceeded(text, provider_code=code)
+    if code == _NOT_ALLOWED_CODE:
+        lowered = message.lower()
+        if any(phrase in lowered for phrase in _CORES_QUOTA_PHRASES):
+            return QuotaExceeded(text, provider_code=code)
+        return OperationRefused(text, provider_code=code)
     if code in _CAPACITY_CODES:
         return CapacityUnavailable(text, zone=zone, provider_code=code)
-    if code in _SKU_CODES:
+    if code in _SKU_CODES or (code == "BadRequest" and _SKU_BAD_REQUEST_PHRASE in message):
         return SkuUnavailable(text, provider_code=code)
     # 5xx and 408 are the provider's own trouble: the same request may well succeed later.
     retryable = status is not None and (status >= 500 or status == 408)

@@ -10,7 +10,11 @@ against the real adapters:
   :class:`UnknownCloudError`) leaves a *failed* machine under that name, as a VM whose allocation
   failed stays in ``Failed`` state — retrying that name reports the failure again;
 - a machine becomes ready ``latency`` seconds (on the injected :class:`Clock`) after it was
-  accepted; ``create_batch`` waits that long, so a :class:`ManualClock` makes it free.
+  accepted; ``create_batch`` waits that long, so a :class:`ManualClock` makes it free;
+- with ``delete_failed=True``, as the real adapters do by default, ``create_batch`` deletes the
+  failed machines it reports (they would stay billed) and names them in
+  ``BatchCreateResult.deleted``; the name is then free again. Off by default here, so that code
+  tested against the fake sees the plain create-only semantics unless it asks otherwise.
 
 Everything a test scripts is consumed once: ``fail_machine`` fails the next create of that name,
 ``fail_next_calls``/``throttle`` the next calls, ``omit_from_result`` the next report of a name.
@@ -70,6 +74,7 @@ class FakeCloud:
         clock: Clock | None = None,
         latency: float = 0.0,
         quota: int | None = None,
+        delete_failed: bool = False,
     ) -> None:
         if latency < 0:
             raise ValueError(f"latency must be >= 0 seconds, got {latency}")
@@ -84,6 +89,8 @@ class FakeCloud:
         self._call_failures: deque[CloudError] = deque()
         self._machine_failures: dict[str, CloudError] = {}
         self._omitted: set[str] = set()
+        self._delete_failed = delete_failed
+        self._deletions: list[str] = []
 
     # -- scripting -----------------------------------------------------------------------------
 
@@ -122,9 +129,26 @@ class FakeCloud:
 
     @property
     def creations(self) -> tuple[str, ...]:
-        """Machine names in the order machines came into existence; a name appears at most once."""
+        """Machine names in the order machines came into existence; a name appears at most once,
+        unless its failed machine was deleted (``delete_failed``) and the name created again."""
         with self._lock:
             return tuple(self._creations)
+
+    @property
+    def deletions(self) -> tuple[str, ...]:
+        """Failed machines deleted by ``delete_failed``, in order."""
+        with self._lock:
+            return tuple(self._deletions)
+
+    def machine_names(self) -> tuple[str, ...]:
+        """The machines that exist now (created or failed), in creation order."""
+        with self._lock:
+            return tuple(self._machines)
+
+    def failed_leftovers(self) -> tuple[str, ...]:
+        """Machines that exist in a failed state: billed resources nobody will use."""
+        with self._lock:
+            return tuple(n for n, m in self._machines.items() if m.error is not None)
 
     # -- CloudMachines ---------------------------------------------------------------------------
 
@@ -156,7 +180,8 @@ class FakeCloud:
             elif seen.status == "failed" and seen.error is not None:
                 failed[name] = seen.error
             # still creating (another call's create of the same name): unknown, left out
-        return BatchCreateResult(created=created, failed=failed)
+        deleted = self._delete_failed_machines(failed) if self._delete_failed else ()
+        return BatchCreateResult(created=created, failed=failed, deleted=deleted)
 
     def read_machine(
         self, machine_name: str, *, resume_token: str | None = None
@@ -200,6 +225,17 @@ class FakeCloud:
             self._creations.append(name)
             accepted.append(name)
         return accepted, refused
+
+    def _delete_failed_machines(self, failed: Mapping[str, CloudError]) -> tuple[str, ...]:
+        deleted: list[str] = []
+        with self._lock:
+            for name in failed:
+                machine = self._machines.get(name)
+                if machine is not None and machine.error is not None:
+                    del self._machines[name]
+                    self._deletions.append(name)
+                    deleted.append(name)
+        return tuple(deleted)
 
     def _live(self) -> int:
         return sum(1 for m in self._machines.values() if m.error is None)

@@ -9,21 +9,41 @@ without weakening the client, and the client verifies the certificate through
 Served resources (one server per test; machine names are shared across the two APIs):
 
 - ``Microsoft.Compute/virtualMachines/{name}`` — PUT (create-only with ``If-None-Match: *`` →
-  412 when the VM exists), GET (``$expand=instanceView`` adds the provisioning status);
-- ``Microsoft.ContainerService/managedClusters/{c}/agentPools/{p}/machines/{name}`` — PUT of a
-  whole batch listed in the ``BatchPutMachine`` header, GET of one machine;
+  412 when the VM exists), GET (``$expand=instanceView`` adds the provisioning status), DELETE;
+- ``Microsoft.ContainerService/managedClusters/{c}/agentPools/{p}`` — GET (the pool's ``mode``);
+  ``…/agentPools/{p}/deleteMachines`` — POST;
+- ``…/agentPools/{p}/machines/{name}`` — PUT of a whole batch listed in the ``BatchPutMachine``
+  header, GET of one machine;
 - ``…/locations/{loc}/operations/{id}`` — the ``Azure-AsyncOperation`` status of a create.
 
-Every create answers ``201`` with ``Azure-AsyncOperation``/``Location`` and ``Retry-After: 0``; its
-operation reports ``InProgress`` ``polls_before_done`` times, then the outcome. The AKS batch
-operation's final body lists the machines it created and carries per-machine failures as ARM error
-``details`` whose ``target`` is the machine name (the shape :mod:`fleetledger.adapters.cloud.aks`
-parses).
+The AKS batch PUT answers as the service does (the contract of the AKS machines batch API, as the
+Karpenter Azure provider's design for header batching records it):
 
-Scripts: :meth:`~FakeArmServer.set_quota`, :meth:`~FakeArmServer.gate_puts`, and, each consumed
-once, :meth:`~FakeArmServer.fail_async`, :meth:`~FakeArmServer.lose_response`,
-:meth:`~FakeArmServer.drop_next_puts`, :meth:`~FakeArmServer.break_next_polls`,
-:meth:`~FakeArmServer.throttle`. Every request is recorded (:attr:`~FakeArmServer.requests`).
+- every machine that could be started is started before the answer is written;
+- a machine that cannot be (it already exists, or a script refuses it) is reported in a *flat*
+  error body, without the ``error`` wrapper: ``400 BatchMachineClientError`` with one
+  ``details[]`` entry per failed machine (``target`` is its name) if any failure is the client's,
+  else ``500 BatchMachineInternalServerError`` whose ``message`` is the JSON text
+  ``{"details": [...]}``. Started machines are not listed;
+- a refusal of the batch as a whole (quota, a bad template, a bad header) is an ordinary ARM
+  error body and starts nothing;
+- all started: ``201`` with an ``Azure-AsyncOperation`` that covers only the machine the URL
+  names. Every other machine's progress is read with its own GET, which reports ``Creating``
+  ``polls_before_done`` times, then the outcome;
+- GETs are shaped by the API version asked for: a stable (non ``-preview``) version has no
+  ``provisioningState`` and no ``status``, and only a preview version can create machines.
+
+VM creates answer ``201`` with ``Azure-AsyncOperation``/``Location`` and ``Retry-After: 0``; the
+operation reports ``InProgress`` ``polls_before_done`` times, then the outcome.
+
+Scripts: :meth:`~FakeArmServer.set_quota`, :meth:`~FakeArmServer.gate_puts`,
+:meth:`~FakeArmServer.set_agent_pool`, and, each consumed once,
+:meth:`~FakeArmServer.fail_async`, :meth:`~FakeArmServer.refuse_machine`,
+:meth:`~FakeArmServer.lose_response`, :meth:`~FakeArmServer.drop_next_puts`,
+:meth:`~FakeArmServer.break_next_polls`, :meth:`~FakeArmServer.throttle`,
+:meth:`~FakeArmServer.fail_next_puts`. :meth:`~FakeArmServer.plant_machine` makes a machine
+exist beforehand (someone else's, say). Every request is recorded
+(:attr:`~FakeArmServer.requests`), every deletion too (:attr:`~FakeArmServer.deletions`).
 """
 
 from __future__ import annotations
@@ -49,6 +69,10 @@ from azure.core.credentials import AccessToken
 
 __all__ = ["FakeArmServer", "RecordedRequest", "StaticTokenCredential"]
 
+# Codes of the AKS batch PUT's per-machine error bodies.
+_BATCH_CLIENT_ERROR = "BatchMachineClientError"
+_BATCH_INTERNAL_ERROR = "BatchMachineInternalServerError"
+
 _SEGMENT = r"[^/]+"
 _VM_PATH = re.compile(
     rf"^/subscriptions/(?P<sub>{_SEGMENT})/resourceGroups/(?P<rg>{_SEGMENT})"
@@ -59,6 +83,12 @@ _AKS_PATH = re.compile(
     rf"^(?P<prefix>/subscriptions/(?P<sub>{_SEGMENT})/resourceGroups/{_SEGMENT}"
     rf"/providers/Microsoft\.ContainerService/managedClusters/{_SEGMENT}"
     rf"/agentPools/{_SEGMENT}/machines/)(?P<name>{_SEGMENT})$",
+    re.IGNORECASE,
+)
+_POOL_PATH = re.compile(
+    rf"^/subscriptions/{_SEGMENT}/resourceGroups/{_SEGMENT}"
+    rf"/providers/Microsoft\.ContainerService/managedClusters/{_SEGMENT}"
+    rf"/agentPools/(?P<pool>{_SEGMENT})(?P<delete>/deleteMachines)?$",
     re.IGNORECASE,
 )
 _OPERATION_PATH = re.compile(
@@ -114,6 +144,9 @@ class _Machine:
     properties: dict[str, Any]
     state: str  # ARM provisioningState: Creating, Succeeded, Failed
     error: dict[str, str] | None = None  # set when state is Failed
+    pending_error: dict[str, str] | None = None  # the failure its create will end in
+    polls_left: int = 0  # GETs still answered Creating (AKS machines settle on their own GETs)
+    broken_gets: int = 0  # GETs still answered 500
 
 
 @dataclass(slots=True)
@@ -154,6 +187,10 @@ class FakeArmServer:
         self._throttles: list[float] = []
         self._drops = 0
         self._broken_polls = 0
+        self._refusals: dict[str, tuple[str, str, bool]] = {}
+        self._put_failures: list[tuple[int, str, str]] = []
+        self._pools: dict[str, str] = {}
+        self._deletions: list[str] = []
         self._gate: tuple[int, float] | None = None
         self._in_flight = 0
         self._max_in_flight = 0
@@ -232,8 +269,8 @@ class FakeArmServer:
     def lose_response(self, machine_name: str) -> None:
         """Create ``machine_name`` on its next create, but lose the answer about it.
 
-        A VM PUT has its connection dropped after the VM was made; an AKS batch leaves the machine
-        out of the operation's result.
+        A VM PUT has its connection dropped after the VM was made; an AKS machine (whose batch
+        answer says nothing per machine) has its first read answered 500.
         """
         with self._cond:
             self._lost.add(machine_name)
@@ -252,6 +289,59 @@ class FakeArmServer:
         """Answer the next ``count`` creates with 429 ``TooManyRequests`` and ``Retry-After``."""
         with self._cond:
             self._throttles.extend([retry_after] * count)
+
+    def refuse_machine(
+        self,
+        machine_name: str,
+        code: str = "InvalidParameter",
+        message: str | None = None,
+        *,
+        internal: bool = False,
+    ) -> None:
+        """Refuse ``machine_name`` synchronously in its next AKS batch PUT (nothing is made).
+
+        ``internal`` makes it a server-side failure (``BatchMachineInternalServerError``).
+        """
+        text = message or f"machine {machine_name} was refused: {code}"
+        with self._cond:
+            self._refusals[machine_name] = (code, text, internal)
+
+    def fail_next_puts(self, status: int, code: str, message: str, *, count: int = 1) -> None:
+        """Answer the next ``count`` PUTs with an ordinary ARM error; nothing is created."""
+        with self._cond:
+            self._put_failures.extend([(status, code, message)] * count)
+
+    def set_agent_pool(self, pool: str, *, mode: str | None) -> None:
+        """Give ``pool`` a mode (``None``: the pool does not exist). Unset pools are Machines."""
+        with self._cond:
+            self._pools[pool] = mode or ""
+
+    def plant_machine(
+        self,
+        machine_name: str,
+        *,
+        kind: str = "aks",
+        tags: Mapping[str, str] | None = None,
+        state: str = "Succeeded",
+    ) -> None:
+        """Make ``machine_name`` exist already (made by someone else, or by an earlier run)."""
+        subscription = "00000000-0000-0000-0000-000000000000"
+        if kind == "vm":
+            resource_id = (
+                f"/subscriptions/{subscription}/resourceGroups/rg/providers"
+                f"/Microsoft.Compute/virtualMachines/{machine_name}"
+            )
+        else:
+            resource_id = (
+                f"/subscriptions/{subscription}/resourceGroups/rg/providers"
+                f"/Microsoft.ContainerService/managedClusters/other/agentPools/other"
+                f"/machines/{machine_name}"
+            )
+        machine = _Machine(machine_name, kind, resource_id, [], dict(tags or {}), {}, state)
+        if state == "Failed":
+            machine.error = {"code": "AllocationFailed", "message": "planted failure"}
+        with self._cond:
+            self._machines[machine_name] = machine
 
     def gate_puts(self, *, release_at: int, timeout: float) -> None:
         """Hold each PUT until ``release_at`` PUTs are in flight at once, or ``timeout`` passes.
@@ -280,6 +370,27 @@ class FakeArmServer:
             return tuple(self._creations)
 
     @property
+    def deletions(self) -> tuple[str, ...]:
+        """Machine names deleted, in order."""
+        with self._cond:
+            return tuple(self._deletions)
+
+    def machine_names(self) -> tuple[str, ...]:
+        """Names of the machines that exist now, in creation order."""
+        with self._cond:
+            return tuple(self._machines)
+
+    def machine_tags(self, machine_name: str) -> dict[str, str]:
+        """The tags ``machine_name`` carries; ``KeyError`` if it does not exist."""
+        with self._cond:
+            return dict(self._machines[machine_name].tags)
+
+    def machine_state(self, machine_name: str) -> str:
+        """``machine_name``'s provisioning state; ``KeyError`` if it does not exist."""
+        with self._cond:
+            return self._machines[machine_name].state
+
+    @property
     def max_concurrent_puts(self) -> int:
         with self._cond:
             return self._max_in_flight
@@ -293,9 +404,11 @@ class FakeArmServer:
         if not lowered.get("authorization", "").startswith("Bearer "):
             reply = _error(401, "AuthenticationFailed", "no bearer token")
         elif method == "PUT":
-            reply = self._put(split.path, lowered, body)
+            reply = self._put(split.path, query, lowered, body)
         elif method == "GET":
             reply = self._get(split.path, query)
+        elif method in ("DELETE", "POST"):
+            reply = self._delete(method, split.path, body)
         else:
             reply = _error(405, "MethodNotAllowed", f"{method} is not served by the fake")
         with self._cond:
@@ -304,7 +417,9 @@ class FakeArmServer:
             )
         return reply
 
-    def _put(self, path: str, headers: Mapping[str, str], body: bytes) -> _Reply:
+    def _put(
+        self, path: str, query: Mapping[str, str], headers: Mapping[str, str], body: bytes
+    ) -> _Reply:
         with self._cond:
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
@@ -321,7 +436,10 @@ class FakeArmServer:
                         "The request is being throttled.",
                         {"Retry-After": _format_seconds(retry_after)},
                     )
-                reply = self._create(path, headers, json.loads(body) if body else {})
+                if self._put_failures:
+                    status, code, message = self._put_failures.pop(0)
+                    return _error(status, code, message)
+                reply = self._create(path, query, headers, json.loads(body) if body else {})
                 if self._drops > 0:
                     self._drops -= 1
                     return _Reply(None)
@@ -331,10 +449,22 @@ class FakeArmServer:
                 # (sent only after it reads this answer) can never be counted alongside this one.
                 self._in_flight -= 1
 
-    def _create(self, path: str, headers: Mapping[str, str], payload: dict[str, Any]) -> _Reply:
+    def _create(
+        self,
+        path: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        payload: dict[str, Any],
+    ) -> _Reply:
         if vm := _VM_PATH.match(path):
             return self._put_vm(path, vm["sub"], vm["name"], headers, payload)
         if aks := _AKS_PATH.match(path):
+            if not _is_preview(query.get("api-version")):
+                return _error(
+                    400,
+                    "NoRegisteredProviderFound",
+                    f"machines cannot be created in API version {query.get('api-version')}",
+                )
             return self._put_aks(aks["prefix"], aks["sub"], aks["name"], headers, payload)
         return _error(404, "InvalidResourceType", f"no such resource type: {path}")
 
@@ -381,26 +511,47 @@ class FakeArmServer:
         listed = _batch_machines(headers.get("batchputmachine"), url_name, payload)
         if listed is None:
             return _error(400, "InvalidBatchPutMachineHeader", "header is not the expected JSON")
-        new = [m for m in listed if m["machineName"] not in self._machines]
+        if listed[0]["machineName"] != url_name:
+            return _error(400, "InvalidParameter", "the URL must name the header's first machine")
+        failures: list[tuple[dict[str, str], bool]] = []
+        new: list[dict[str, Any]] = []
+        for entry in listed:
+            name = entry["machineName"]
+            if name in self._machines:
+                # The service refuses to "create" a machine that exists, whoever made it: this is
+                # what a replayed batch PUT meets for the machines its first attempt started.
+                failure = {"code": "OperationNotAllowed", "message": f"machine {name} exists"}
+                failures.append(({**failure, "target": name}, False))
+            elif refusal := self._refusals.pop(name, None):
+                code, message, internal = refusal
+                failures.append(({"code": code, "message": message, "target": name}, internal))
+            else:
+                new.append(entry)
         # AKS checks quota for the batch as a whole: all its new machines fit, or none is made.
         if self._over_quota(len(new)):
             return _quota_error()
+        shared_tags = dict((payload.get("properties") or {}).get("tags") or {})
         machines = [
             _Machine(
                 name=m["machineName"],
                 kind="aks",
                 resource_id=prefix + m["machineName"],
                 zones=list(m.get("zones") or []),
-                tags=dict(m.get("tags") or {}),
+                tags={**shared_tags, **dict(m.get("tags") or {})},
                 properties=dict(payload.get("properties") or {}),
                 state="Creating",
+                polls_left=self._polls_before_done,
             )
             for m in new
         ]
-        reported = [m["machineName"] for m in listed]
-        operation = self._start(machines, reported, "Microsoft.ContainerService", subscription)
-        first = self._machines[listed[0]["machineName"]]
-        return _Reply(201, self._aks_json(first), self._lro_headers(operation))
+        # The operation covers the machine the URL names, and only it.
+        first = [m for m in machines if m.name == url_name]
+        operation = self._start(
+            machines, [m.name for m in first], "Microsoft.ContainerService", subscription
+        )
+        if failures:
+            return _batch_failure(failures)
+        return _Reply(201, self._aks_json(first[0], preview=True), self._lro_headers(operation))
 
     def _start(
         self, machines: list[_Machine], reported: list[str], namespace: str, subscription: str
@@ -421,11 +572,20 @@ class FakeArmServer:
         for machine in machines:
             self._machines[machine.name] = machine
             self._creations.append(machine.name)
-            if machine.name in self._lost:
-                self._lost.discard(machine.name)
+            lost = machine.name in self._lost
+            self._lost.discard(machine.name)
+            failure = self._async_failures.pop(machine.name, None)
+            if machine.kind == "aks":
+                # The batch answer says nothing per machine; a lost result is a machine whose
+                # first read fails, and a failure shows in the machine's own state.
+                machine.broken_gets = 1 if lost else 0
+                machine.pending_error = failure
+                if failure is not None:
+                    operation.failures[machine.name] = failure
+            elif lost:
                 machine.state = "Succeeded"
                 operation.unreported.add(machine.name)
-            elif failure := self._async_failures.pop(machine.name, None):
+            elif failure is not None:
                 operation.failures[machine.name] = failure
         return operation
 
@@ -444,6 +604,8 @@ class FakeArmServer:
                     self._broken_polls -= 1
                     return _error(500, "InternalServerError", "the poll failed, not the create")
                 return _Reply(200, self._poll(operation), {"Retry-After": "0"})
+            if pool := _POOL_PATH.match(path):
+                return self._agent_pool(pool["pool"])
             match = _VM_PATH.match(path) or _AKS_PATH.match(path)
             if match is None:
                 return _error(404, "InvalidResourceType", f"no such resource type: {path}")
@@ -453,7 +615,74 @@ class FakeArmServer:
             if machine.kind == "vm":
                 expand = query.get("$expand", "").lower() == "instanceview"
                 return _Reply(200, self._vm_json(machine, instance_view=expand))
-            return _Reply(200, self._aks_json(machine))
+            # Reads are the fake's clock: a machine moves on with each, answered or not.
+            self._advance(machine)
+            if machine.broken_gets > 0:
+                machine.broken_gets -= 1
+                return _error(500, "InternalServerError", "the read failed, not the machine")
+            preview = _is_preview(query.get("api-version"))
+            return _Reply(200, self._aks_json(machine, preview=preview))
+
+    def _advance(self, machine: _Machine) -> None:
+        """An AKS machine's own read moves it on: ``polls_left`` reads of Creating, then done."""
+        if machine.state != "Creating":
+            return
+        if machine.polls_left > 0:
+            machine.polls_left -= 1
+            return
+        self._settle(machine)
+
+    @staticmethod
+    def _settle(machine: _Machine) -> None:
+        if machine.state == "Creating":
+            machine.error = machine.pending_error
+            machine.state = "Failed" if machine.error else "Succeeded"
+
+    def _agent_pool(self, pool: str) -> _Reply:
+        mode = self._pools.get(pool, "Machines")
+        if not mode:
+            return _error(404, "NotFound", f"agent pool {pool} was not found")
+        return _Reply(
+            200,
+            {
+                "id": f"/subscriptions/fake/agentPools/{pool}",
+                "name": pool,
+                "properties": {"mode": mode, "provisioningState": "Succeeded"},
+            },
+        )
+
+    def _delete(self, method: str, path: str, body: bytes) -> _Reply:
+        if method == "POST":
+            pool = _POOL_PATH.match(path)
+            if pool is None or not pool["delete"]:
+                return _error(404, "InvalidResourceType", f"no such action: {path}")
+            names = list((json.loads(body) if body else {}).get("machineNames") or [])
+            kind = "aks"
+        else:
+            match = _VM_PATH.match(path)
+            if match is None:
+                return _error(404, "InvalidResourceType", f"no such resource type: {path}")
+            names, kind = [match["name"]], "vm"
+        with self._cond:
+            for name in names:
+                machine = self._machines.get(name)
+                if machine is not None and machine.kind == kind:
+                    del self._machines[name]
+                    self._deletions.append(name)
+        if method == "POST":
+            # Accepted; the fake deletes at once, so the status URL already says Succeeded.
+            return _Reply(202, None, {"Location": self._done_url(), "Retry-After": "0"})
+        return _Reply(200 if names[0] in self._deletions else 204)
+
+    def _done_url(self) -> str:
+        operation_id = uuid.uuid4().hex
+        operation = _Operation("aks", "", [], [], 0, done=True)
+        with self._cond:
+            self._operations[operation_id] = operation
+        return (
+            f"{self.url}/subscriptions/fake/providers/Microsoft.ContainerService"
+            f"/locations/{self.location}/operations/{operation_id}?api-version=fake"
+        )
 
     def _poll(self, operation: _Operation) -> dict[str, Any]:
         if operation.polls_left > 0:
@@ -462,33 +691,22 @@ class FakeArmServer:
         if not operation.done:
             operation.done = True
             for name in operation.created:
-                machine = self._machines[name]
-                if machine.state == "Creating":
-                    machine.error = operation.failures.get(name)
-                    machine.state = "Failed" if machine.error else "Succeeded"
+                machine = self._machines.get(name)
+                if machine is not None and machine.state == "Creating":
+                    machine.pending_error = operation.failures.get(name)
+                    self._settle(machine)
         return self._operation_result(operation)
 
     def _operation_result(self, operation: _Operation) -> dict[str, Any]:
-        reported = [self._machines[n] for n in operation.reported if n not in operation.unreported]
+        reported = [
+            self._machines[n]
+            for n in operation.reported
+            if n not in operation.unreported and n in self._machines
+        ]
         failed = [m for m in reported if m.state == "Failed"]
         result: dict[str, Any] = {"status": "Failed" if failed else "Succeeded"}
-        if operation.kind == "vm":
-            if failed:
-                result["error"] = failed[0].error
-            return result
-        result["properties"] = {
-            "machines": [
-                {"name": m.name, "id": m.resource_id, "provisioningState": m.state}
-                for m in reported
-                if m.state == "Succeeded"
-            ]
-        }
         if failed:
-            result["error"] = {
-                "code": "MultipleErrorsOccurred",
-                "message": f"{len(failed)} of {len(operation.reported)} machines failed",
-                "details": [{**(m.error or {}), "target": m.name} for m in failed],
-            }
+            result["error"] = failed[0].error
         return result
 
     # -- representations ---------------------------------------------------------------------
@@ -507,18 +725,20 @@ class FakeArmServer:
             "properties": properties,
         }
 
-    def _aks_json(self, machine: _Machine) -> dict[str, Any]:
+    def _aks_json(self, machine: _Machine, *, preview: bool) -> dict[str, Any]:
         properties: dict[str, Any] = {
             **machine.properties,
-            "provisioningState": machine.state,
             "tags": machine.tags,
             "resourceId": (
                 f"/subscriptions/fake/resourceGroups/MC_fake/providers/"
                 f"Microsoft.Compute/virtualMachines/{machine.name}"
             ),
         }
-        if machine.error is not None:
-            properties["status"] = {"provisioningError": machine.error}
+        # The stable API's machine has neither field: only the preview says how a create went.
+        if preview:
+            properties["provisioningState"] = machine.state
+            if machine.error is not None:
+                properties["status"] = {"provisioningError": machine.error}
         return {
             "id": machine.resource_id,
             "name": machine.name,
@@ -551,6 +771,24 @@ def _batch_machines(
     if not isinstance(machines, list) or not machines:
         return None
     return machines
+
+
+def _is_preview(api_version: str | None) -> bool:
+    return bool(api_version) and str(api_version).endswith("-preview")
+
+
+def _batch_failure(failures: list[tuple[dict[str, str], bool]]) -> _Reply:
+    """The flat error body of a batch PUT that could not start every machine."""
+    details = [detail for detail, _ in failures]
+    if any(not internal for _, internal in failures):
+        body = {
+            "code": _BATCH_CLIENT_ERROR,
+            "message": f"{len(details)} machine(s) could not be created",
+            "details": details,
+        }
+        return _Reply(400, body)
+    body = {"code": _BATCH_INTERNAL_ERROR, "message": json.dumps({"details": details})}
+    return _Reply(500, body)
 
 
 def _provisioning_status(machine: _Machine) -> dict[str, str]:
@@ -628,6 +866,12 @@ def _handler_for(server: FakeArmServer) -> type[BaseHTTPRequestHandler]:
 
         def do_PUT(self) -> None:
             self._serve("PUT")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
 
         def _serve(self, method: str) -> None:
             length = int(self.headers.get("Content-Length") or 0)

@@ -58,6 +58,8 @@ class MachineSpec:
     machine_name: str
     zones: tuple[str, ...] = ()
     tags: tuple[tuple[str, str], ...] = ()
+    #: The request the machine is made for; adapters tag the machine with it when they can.
+    request_id: str | None = None
 
     def __post_init__(self) -> None:
         if not self.machine_name:
@@ -104,15 +106,23 @@ class BatchCreate:
 
 @dataclass(frozen=True, slots=True)
 class BatchCreateResult:
-    """Per-machine results; a machine in neither map is *unknown* and must be read."""
+    """Per-machine results; a machine in neither map is *unknown* and must be read.
+
+    ``deleted`` names failed machines that remained in the cloud as failed resources and were
+    deleted, so that nothing billed stays behind; each is also in ``failed``.
+    """
 
     created: Mapping[str, str] = field(default_factory=dict)
     failed: Mapping[str, CloudError] = field(default_factory=dict)
+    deleted: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         both = sorted(set(self.created) & set(self.failed))
         if both:
             raise ValueError(f"machines reported both created and failed: {both}")
+        stray = sorted(set(self.deleted) - set(self.failed))
+        if stray:
+            raise ValueError(f"machines reported deleted but not failed: {stray}")
 
     def unknown(self, request: BatchCreate) -> tuple[str, ...]:
         """Machines of ``request`` this result says nothing about, in request order."""

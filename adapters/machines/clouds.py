@@ -10,28 +10,38 @@ every variable to set, before anything is started.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from fleetledger.adapters.clock import Clock
 from fleetledger.adapters.cloud import CloudMachines, FakeCloud
+from fleetledger.adapters.cloud.errors import CloudSetupError
 
 from .coordinator import DispatchMode
 from .errors import CloudNotConfigured
+
+if TYPE_CHECKING:
+    from fleetledger.adapters.cloud.azure_session import AzureSession
 
 __all__ = ["CLOUD_KINDS", "CloudChoice", "CloudKind", "build_cloud"]
 
 CloudKind = Literal["fake", "azure-vm", "aks"]
 CLOUD_KINDS: tuple[CloudKind, ...] = ("fake", "azure-vm", "aks")
 
-_COMMON = ("FLEETLEDGER_AZURE_SUBSCRIPTION_ID", "FLEETLEDGER_AZURE_RESOURCE_GROUP")
+# The subscription may also be given as the Azure tools spell it.
+_SUBSCRIPTION = ("FLEETLEDGER_AZURE_SUBSCRIPTION_ID", "AZURE_SUBSCRIPTION_ID")
+_COMMON = ("FLEETLEDGER_AZURE_RESOURCE_GROUP",)
 _VM = (
     "FLEETLEDGER_AZURE_LOCATION",
     "FLEETLEDGER_AZURE_IMAGE_ID",
     "FLEETLEDGER_AZURE_SSH_PUBLIC_KEY",
 )
 _AKS = ("FLEETLEDGER_AKS_CLUSTER", "FLEETLEDGER_AKS_AGENT_POOL")
+
+
+def _nothing_to_close() -> None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,8 @@ class CloudChoice:
     cloud: CloudMachines
     dispatch_mode: DispatchMode
     description: str
+    close: Callable[[], None] = _nothing_to_close
+    """Releases the adapter's credential and clients (call it on shutdown)."""
 
 
 def build_cloud(
@@ -70,15 +82,17 @@ def build_cloud(
         )
     if kind == "azure-vm":
         settings = _settings(kind, env, (*_COMMON, *_VM))
-        return _azure_vm(settings)
+        return _azure_vm(settings, env)
     if kind == "aks":
         settings = _settings(kind, env, (*_COMMON, *_AKS))
-        return _aks(settings, clock)
+        return _aks(settings, env, clock)
     raise ValueError(f"unknown cloud {kind!r}: choose one of {', '.join(CLOUD_KINDS)}")
 
 
 def _settings(kind: str, env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
     missing = [name for name in names if not env.get(name)]
+    if not any(env.get(name) for name in _SUBSCRIPTION):
+        missing.insert(0, " or ".join(_SUBSCRIPTION))
     if missing:
         raise CloudNotConfigured(
             f"--cloud {kind} needs these environment variables: {', '.join(missing)}; "
@@ -88,49 +102,64 @@ def _settings(kind: str, env: Mapping[str, str], names: tuple[str, ...]) -> dict
     return {name: env[name] for name in names}
 
 
-def _azure_vm(settings: dict[str, str]) -> CloudChoice:
-    from azure.identity import DefaultAzureCredential
-    from azure.mgmt.compute import ComputeManagementClient
+def _session(env: Mapping[str, str]) -> AzureSession:
+    from fleetledger.adapters.cloud.azure_session import AzureSession, AzureSettings
 
+    try:
+        return AzureSession(AzureSettings.from_environment(env))
+    except CloudSetupError as e:
+        raise CloudNotConfigured(str(e)) from e
+
+
+def _azure_vm(settings: dict[str, str], env: Mapping[str, str]) -> CloudChoice:
     from fleetledger.adapters.cloud.azure_vm import AzureVmCloud, VmProfile
 
-    client = ComputeManagementClient(
-        DefaultAzureCredential(), settings["FLEETLEDGER_AZURE_SUBSCRIPTION_ID"]
-    )
+    session = _session(env)
     group = settings["FLEETLEDGER_AZURE_RESOURCE_GROUP"]
     profile = VmProfile(
         location=settings["FLEETLEDGER_AZURE_LOCATION"],
         image_id=settings["FLEETLEDGER_AZURE_IMAGE_ID"],
         ssh_public_key=settings["FLEETLEDGER_AZURE_SSH_PUBLIC_KEY"],
+        subnet_id=env.get("FLEETLEDGER_AZURE_SUBNET_ID") or None,
+    )
+    cloud = AzureVmCloud(
+        session.compute_client(), resource_group=group, profile=profile, owner=_owner(env)
     )
     return CloudChoice(
-        AzureVmCloud(client, resource_group=group, profile=profile),
+        cloud,
         "per_machine",
         f"Azure VMs in resource group {group} (create-only PUT per machine)",
+        close=session.close,
     )
 
 
-def _aks(settings: dict[str, str], clock: Clock) -> CloudChoice:
+def _aks(settings: dict[str, str], env: Mapping[str, str], clock: Clock) -> CloudChoice:
+    from fleetledger.adapters.cloud import aks
+
+    session = _session(env)
     try:
-        from azure.mgmt.containerservice import ContainerServiceClient
-    except ImportError as e:
-        raise CloudNotConfigured(
-            "--cloud aks needs the optional AKS SDK: pip install 'fleetledger[aks]'"
-        ) from e
-    from azure.identity import DefaultAzureCredential
-
-    from fleetledger.adapters.cloud.aks import AksMachinesCloud
-
-    client = ContainerServiceClient(
-        DefaultAzureCredential(), settings["FLEETLEDGER_AZURE_SUBSCRIPTION_ID"]
+        client = session.aks_client(api_version=aks.PREVIEW_API_VERSION)
+        cluster = settings["FLEETLEDGER_AKS_CLUSTER"]
+        pool = settings["FLEETLEDGER_AKS_AGENT_POOL"]
+        cloud = aks.AksMachinesCloud(
+            client,
+            resource_group=settings["FLEETLEDGER_AZURE_RESOURCE_GROUP"],
+            cluster_name=cluster,
+            agent_pool=pool,
+            owner=_owner(env),
+            clock=clock,
+        )
+    except CloudSetupError as e:
+        session.close()
+        raise CloudNotConfigured(str(e)) from e
+    return CloudChoice(
+        cloud,
+        "batch",
+        f"AKS machines in {cluster}/{pool} (BatchPutMachine)",
+        close=session.close,
     )
-    cluster = settings["FLEETLEDGER_AKS_CLUSTER"]
-    pool = settings["FLEETLEDGER_AKS_AGENT_POOL"]
-    cloud = AksMachinesCloud(
-        client,
-        resource_group=settings["FLEETLEDGER_AZURE_RESOURCE_GROUP"],
-        cluster_name=cluster,
-        agent_pool=pool,
-        clock=clock,
-    )
-    return CloudChoice(cloud, "batch", f"AKS machines in {cluster}/{pool} (BatchPutMachine)")
+
+
+def _owner(env: Mapping[str, str]) -> str:
+    """Who this controller is in the ownership tags of the machines it creates."""
+    return env.get("FLEETLEDGER_OWNER") or "fleetledger"

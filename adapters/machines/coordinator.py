@@ -275,7 +275,10 @@ class Coordinator:
         request = BatchCreate(
             batch.batch_id,
             opened.template,
-            tuple(MachineSpec(m.machine_name, m.zones, m.tags) for m in machines),
+            tuple(
+                MachineSpec(m.machine_name, m.zones, m.tags, request_id=m.request_id)
+                for m in machines
+            ),
         )
         log.debug(
             "dispatching batch",
@@ -311,16 +314,25 @@ class Coordinator:
             batch.record(RecordCallFailure(batch.batch_id, attempt, error, at=self._clock.now()))
             return
         except Exception as e:
-            # No classified answer: the call may have created some machines. Read them.
+            # No classified answer: the call may have created some machines. Read them; if the
+            # batch gives up on one, its failure keeps what the first such call raised.
             log.warning(
                 "cloud call ended without an answer; reading its machines",
                 batch_id=batch.batch_id,
-                error=repr(e),
+                error_type=type(e).__name__,
+                error=str(e),
             )
+            batch.call_error = batch.call_error or f"{type(e).__name__}: {e}"
             return
         failed = {name: machine_error(error) for name, error in result.failed.items()}
         batch.record(
-            RecordMachineResults(batch.batch_id, dict(result.created), failed, at=self._clock.now())
+            RecordMachineResults(
+                batch.batch_id,
+                dict(result.created),
+                failed,
+                at=self._clock.now(),
+                deleted=tuple(result.deleted),
+            )
         )
 
     def _read_unresolved(self, batch: _BatchLog) -> None:
@@ -349,7 +361,11 @@ class Coordinator:
                 )
             else:
                 command = RecordMachineRead(
-                    batch.batch_id, machine.machine_name, "not_found", at=now
+                    batch.batch_id,
+                    machine.machine_name,
+                    "not_found",
+                    at=now,
+                    call_error=batch.call_error,
                 )
             log.info(
                 "read in-doubt machine",
@@ -423,6 +439,8 @@ class _BatchLog:
             store, aggregate, aggregate.stream_of(batch_id), clock=clock, writer=writer, retry=retry
         )
         self.completed_event_id = ""
+        self.call_error: str | None = None
+        """What the first create call that ended without a classified answer raised."""
         self._stream.on_events(self._note_completion)
 
     @property

@@ -325,8 +325,9 @@ class MachineService:
     def unfinished_batches(self) -> tuple[str, ...]:
         """Sealed batches with a request the grouper has no outcome for, oldest first."""
         ledger = self._stream.state.ledger
+        # A pending batch split when sealed (a lowered max_batch_size) has parts of its own ids.
         batch_ids = {
-            request.batch_id
+            ledger.sealed_in.get(request_id) or request.batch_id
             for request_id, request in ledger.requests.items()
             if ledger.outcomes.get(request_id) is None
         }

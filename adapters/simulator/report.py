@@ -72,6 +72,8 @@ class SimulationReport:
     without_outcome: int
     machines_created: int
     duplicate_machines: int
+    machines_in_cloud: int
+    failed_leftovers_deleted: int
     virtual_seconds: float
     injections: tuple[str, ...]
 
@@ -113,6 +115,8 @@ class SimulationReport:
             },
             "machines_created": self.machines_created,
             "duplicate_machines": self.duplicate_machines,
+            "machines_in_cloud": self.machines_in_cloud,
+            "failed_leftovers_deleted": self.failed_leftovers_deleted,
             "virtual_seconds": round(self.virtual_seconds, 3),
             "injections": list(self.injections),
         }
@@ -138,7 +142,8 @@ class SimulationReport:
             f"  outcomes          {self.created} created, {self.failed} failed ({failures}); "
             f"{self.without_outcome} without outcome",
             f"  machines          {self.machines_created} created in the cloud, "
-            f"{self.duplicate_machines} duplicates",
+            f"{self.failed_leftovers_deleted} failed leftovers deleted, "
+            f"{self.machines_in_cloud} left; {self.duplicate_machines} duplicates",
         ]
         lines.extend(f"  injected          {text}" for text in self.injections)
         return "\n".join(lines)

@@ -84,7 +84,8 @@ def run_script(
     grouper = f"sim-{run_id}"
     with _log_store(url) as store:
         clock = VirtualTime(EPOCH, max_concurrent=script.max_concurrent_batches)
-        fake = FakeCloud(clock=clock, latency=script.cloud_latency_seconds)
+        # As the real adapters do, failed machines are deleted (they would stay billed).
+        fake = FakeCloud(clock=clock, latency=script.cloud_latency_seconds, delete_failed=True)
         cloud = _MeteredCloud(fake)
         runtime = MachinesRuntime(
             store,
@@ -245,7 +246,8 @@ def _report(
         if v.completed_at is not None
     ]
     failures = Counter(v.error.code for v in views if v.error is not None)
-    creations = fake.creations
+    creations = Counter(fake.creations)
+    deletions = Counter(fake.deletions)
     last = max((v.completed_at for v in views if v.completed_at is not None), default=end)
     config = script.config
     return SimulationReport(
@@ -272,8 +274,11 @@ def _report(
         failed=sum(1 for v in views if v.status == "failed"),
         failures=tuple(sorted(failures.items())),
         without_outcome=sum(1 for v in views if not v.terminal),
-        machines_created=len(set(creations)),
-        duplicate_machines=len(creations) - len(set(creations)),
+        machines_created=len(creations),
+        # A name made again after its failed machine was deleted is not a duplicate.
+        duplicate_machines=sum(max(0, n - 1 - deletions[name]) for name, n in creations.items()),
+        machines_in_cloud=len(fake.machine_names()),
+        failed_leftovers_deleted=sum(deletions.values()),
         virtual_seconds=(last - EPOCH).total_seconds(),
         injections=tuple(i.description for i in script.injections),
     )

@@ -33,6 +33,7 @@ from fleetledger.domain.grouper import (
     pending_batches,
     pending_request_count,
     request_status,
+    sealed_batch_id,
 )
 from fleetledger.domain.template import MachineTemplate, template_hash
 
@@ -128,6 +129,7 @@ class TestSurface:
             "pending_batches",
             "pending_request_count",
             "request_status",
+            "sealed_batch_id",
         }
         assert all(hasattr(grouper, name) for name in grouper.__all__)
 
@@ -229,15 +231,81 @@ class TestFullSeal:
         assert [b.request_ids for b in run.sealed] == [("r1", "r2", "r3")]
 
     def test_lowered_size_seals_an_over_full_batch_first(self) -> None:
-        """A batch larger than a newly lowered max_batch_size seals (full) before anything else."""
+        """A batch larger than a newly lowered max_batch_size seals (full) before anything else,
+        in parts within the new limit."""
         run = Run(GrouperConfig(timedelta(seconds=1), timedelta(seconds=5), 10))
         run(*(request(i, ms(i)) for i in range(1, 5)))
         run.config = GrouperConfig(timedelta(seconds=1), timedelta(seconds=5), 3)
         events = run(request(9, ms(5)))
-        first = events[0]
-        assert isinstance(first, BatchSealed)
-        assert (first.reason, first.request_ids) == ("full", ("r1", "r2", "r3", "r4"))
+        parts = sealed(events)
+        assert [(b.reason, b.request_ids) for b in parts] == [
+            ("full", ("r1", "r2", "r3")),
+            ("full", ("r4",)),
+        ]
         assert tuple(pending_batches(run.state)[0].requests) == ("r9",)
+
+
+class TestLoweredLimitAfterRestart:
+    """12 requests pending under max 50 when the process stopped; it restarts with max 5."""
+
+    def _restarted(self) -> Run:
+        run = Run(GrouperConfig(timedelta(seconds=1), timedelta(seconds=5), 50))
+        run(*(request(i, ms(i)) for i in range(1, 13)))
+        run.config = GrouperConfig(timedelta(seconds=1), timedelta(seconds=5), 5)
+        return run
+
+    def test_the_pending_batch_is_sealed_in_parts_within_the_new_limit(self) -> None:
+        """The 12 go out as 5, 5 and 2, in request order, all sealed full."""
+        run = self._restarted()
+
+        parts = sealed(run(Tick(ms(20))))
+
+        assert [len(b.request_ids) for b in parts] == [5, 5, 2]
+        assert [r for b in parts for r in b.request_ids] == [f"r{i}" for i in range(1, 13)]
+        assert {b.reason for b in parts} == {"full"}
+        assert pending_batches(run.state) == ()
+
+    def test_the_first_part_keeps_the_batch_id_and_the_others_are_numbered(self) -> None:
+        """Part ids are derived from the batch's, so replaying the log derives the same ones."""
+        run = self._restarted()
+        batch_id = pending_batches(run.state)[0].batch_id
+
+        parts = sealed(run(Tick(ms(20))))
+
+        assert [b.batch_id for b in parts] == [batch_id, f"{batch_id}.2", f"{batch_id}.3"]
+
+    def test_requests_report_the_part_they_were_sealed_in(self) -> None:
+        """request_status and sealed_batch_id name each request's part, not the pending batch."""
+        run = self._restarted()
+        parts = sealed(run(Tick(ms(20))))
+
+        assert request_status(run.state, "r1") == ("sealed", parts[0].batch_id)
+        assert request_status(run.state, "r7") == ("sealed", parts[1].batch_id)
+        assert sealed_batch_id(run.state, "r12") == parts[2].batch_id
+        assert sealed_batch_id(run.state, "nope") is None
+
+    def test_outcomes_are_recorded_against_each_part(self) -> None:
+        """A part's outcomes are accepted under its own id, and refused under another part's."""
+        run = self._restarted()
+        parts = sealed(run(Tick(ms(20))))
+
+        recorded = run(RecordBatchOutcomes(parts[2].batch_id, ("r11",), ("r12",), at=ms(30)))
+
+        assert [type(e) for e in recorded] == [BatchOutcomesRecorded]
+        assert request_status(run.state, "r12") == ("failed", parts[2].batch_id)
+        with pytest.raises(InvalidCommand, match="not part of batch"):
+            run(RecordBatchOutcomes(parts[0].batch_id, ("r11",), at=ms(31)))
+
+    def test_replaying_the_events_rebuilds_the_same_state(self) -> None:
+        """evolve over the recorded parts gives the state decide left behind."""
+        run = self._restarted()
+        run(Tick(ms(20)))
+
+        replayed = initial_state()
+        for event in run.events:
+            replayed = evolve(replayed, event)
+
+        assert replayed == run.state
 
 
 class TestIdleSeal:
@@ -746,6 +814,25 @@ class TestInvariants:
         run = Run(config)
         run(*commands)
         assert all(1 <= len(b.machines) <= config.max_batch_size for b in run.sealed)
+
+    @settings(max_examples=100, deadline=None)
+    @given(scenarios(), st.integers(1, 6), st.integers(0, 60))
+    def test_a_lowered_limit_holds_for_every_batch_sealed_after_it(
+        self, scenario: tuple[GrouperConfig, list[GrouperCommand]], limit: int, switch: int
+    ) -> None:
+        """Lowering max_batch_size mid-stream (a restart with a new config): every batch sealed
+        from then on is within the new limit, and every request is still sealed exactly once."""
+        config, commands = scenario
+        run = Run(config)
+        run(*commands[:switch])
+        before = len(run.sealed)
+        run.config = GrouperConfig(config.idle_timeout, config.max_timeout, limit)
+        run(*commands[switch:])
+
+        assert all(1 <= len(b.machines) <= limit for b in run.sealed[before:])
+        sealed_ids = Counter(r for b in run.sealed for r in b.request_ids)
+        assert set(sealed_ids.values()) <= {1}
+        assert set(sealed_ids) == {c.request_id for c in requests_of(commands)}
 
     @settings(max_examples=150, deadline=None)
     @given(scenarios())

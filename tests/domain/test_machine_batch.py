@@ -400,6 +400,61 @@ class TestRead:
         assert (failed.code, failed.retryable) == ("not_created", True)
         assert "3 create attempt" in failed.message
 
+    def test_a_deleted_leftover_is_recorded_on_its_failure(self) -> None:
+        """A failed machine the adapter deleted ends failed with ``deleted`` set; others not."""
+        batch = dispatched()
+        capacity = MachineError("capacity_unavailable", "no D4s_v5 in zone 2")
+
+        events = batch(
+            RecordMachineResults(
+                "b-1", failed={"m1": capacity, "m2": capacity}, at=at(2), deleted=("m1",)
+            )
+        )
+
+        failures = {e.machine_name: e.deleted for e in events if isinstance(e, MachineFailed)}
+        assert failures == {"m1": True, "m2": False}
+
+    def test_deleting_a_machine_not_reported_failed_is_refused(self) -> None:
+        """Only a failed machine leaves something to delete."""
+        batch = dispatched()
+
+        with pytest.raises(InvalidCommand, match="deleted must be"):
+            batch(RecordMachineResults("b-1", created={"m1": "/vm/m1"}, at=at(2), deleted=("m1",)))
+
+    def test_giving_up_names_the_first_call_error(self) -> None:
+        """When create calls ended without a classified answer, the not_created failure keeps the
+        first one's class and message rather than only counting attempts."""
+        batch = dispatched()
+        first = "ValueError: unexpected payload from the cloud"
+        batch(RecordMachineRead("b-1", "m1", "not_found", at=at(2), call_error=first))
+        batch.dispatch(attempt=2, seconds=2)
+        batch(RecordMachineRead("b-1", "m1", "not_found", at=at(3), call_error="OSError: reset"))
+        batch.dispatch(attempt=3, seconds=3)
+
+        (failed,) = batch(RecordMachineRead("b-1", "m1", "not_found", at=at(9)))
+
+        assert isinstance(failed, MachineFailed)
+        assert failed.code == "not_created"
+        assert failed.message.endswith(f"the first create call ended with {first}")
+
+    def test_a_not_found_read_records_its_call_error(self) -> None:
+        """The call error travels in MachineNotFound, so replaying the log keeps it."""
+        batch = dispatched()
+
+        (event,) = batch(
+            RecordMachineRead("b-1", "m1", "not_found", at=at(2), call_error="KeyError: 'id'")
+        )
+
+        assert event == MachineNotFound("b-1", "r1", "m1", at(2), "KeyError: 'id'")
+        assert batch.state.first_call_error == "KeyError: 'id'"
+
+    def test_an_empty_call_error_is_refused(self) -> None:
+        """call_error is a description or None, never an empty string."""
+        batch = dispatched()
+
+        with pytest.raises(InvalidCommand, match="call_error"):
+            batch(RecordMachineRead("b-1", "m1", "not_found", at=at(2), call_error=""))
+
     def test_not_found_before_dispatch_is_a_no_op(self) -> None:
         """Reading a machine never sent finds nothing new."""
         assert opened()(RecordMachineRead("b-1", "m1", "not_found", at=at(1))) == []

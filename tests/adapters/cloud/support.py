@@ -46,6 +46,8 @@ PROFILE = VmProfile(
     image_id="/subscriptions/s/resourceGroups/images/providers/Microsoft.Compute/galleries/g"
     "/images/ubuntu/versions/1.0.0",
     ssh_public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake fleetledger@test",
+    subnet_id="/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v"
+    "/subnets/default",
 )
 
 

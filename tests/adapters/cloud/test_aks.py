@@ -1,14 +1,74 @@
-"""AksMachinesCloud specifics: one PUT per batch, its BatchPutMachine header, refusals."""
+"""AksMachinesCloud specifics, with the real SDK against the fake ARM server.
+
+The batch PUT, its per-machine answers (flat ``BatchMachineClientError`` details, JSON inside a
+``BatchMachineInternalServerError`` message), per-machine reads, retries that must not turn
+started machines into failures, the agent pool check, ownership tags and failed leftovers.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from azure.mgmt.containerservice import ContainerServiceClient
 
-from fleetledger.adapters.cloud import QuotaExceeded
-from fleetledger.adapters.cloud.aks import AksMachinesCloud
-from fleetledger.adapters.cloud.fake_arm import FakeArmServer
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cloud import (
+    BatchCreate,
+    CapacityUnavailable,
+    CloudSetupError,
+    MachineSpec,
+    NameInUse,
+    QuotaExceeded,
+    SkuUnavailable,
+    Throttled,
+    UnknownCloudError,
+)
+from fleetledger.adapters.cloud.aks import (
+    BATCH_TAG,
+    OWNER_TAG,
+    PREVIEW_API_VERSION,
+    AksMachinesCloud,
+)
+from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 
-from .support import batch
+from .support import EPOCH, SUBSCRIPTION, TEMPLATE, batch
+
+_MACHINES = "/managedClusters/fleet/agentPools/burst/machines/"
+
+
+def _cloud(client: ContainerServiceClient, **options: object) -> AksMachinesCloud:
+    return AksMachinesCloud(
+        client,
+        resource_group="rg",
+        cluster_name="fleet",
+        agent_pool="burst",
+        clock=ManualClock(EPOCH),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+def retrying_client(fake_arm: FakeArmServer) -> Iterator[ContainerServiceClient]:
+    """A client with azure-core's retries on, as a deployment has them (without back-off)."""
+    options = {**fake_arm.client_options(retry_total=3), "retry_backoff_factor": 0}
+    with ContainerServiceClient(
+        StaticTokenCredential(), SUBSCRIPTION, api_version=PREVIEW_API_VERSION, **options
+    ) as client:
+        yield client
+
+
+@pytest.fixture
+def retrying_cloud(retrying_client: ContainerServiceClient) -> AksMachinesCloud:
+    return _cloud(retrying_client)
+
+
+def _machine_gets(server: FakeArmServer, name: str) -> list[str]:
+    return [
+        r.query.get("api-version", "")
+        for r in server.requests
+        if r.method == "GET" and r.path.endswith(_MACHINES + name)
+    ]
 
 
 class TestBatchPut:
@@ -34,20 +94,21 @@ class TestBatchPut:
             '{"machineName":"m-2","zones":[],"tags":{"team":"platform","machine":"m-2"}}]}'
         )
 
-    def test_addresses_the_put_to_the_first_machine(
+    def test_addresses_the_put_to_the_first_machine_in_the_preview_version(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
-        """The resource URL names the batch's first machine, in the configured pool."""
+        """The resource URL names the batch's first machine; the version is the preview's."""
         aks_cloud.create_batch(batch("m-7", "m-8"))
 
         put = fake_arm.puts()[0]
-        assert put.path.endswith("/managedClusters/fleet/agentPools/burst/machines/m-7")
-        assert put.query["api-version"] == "2025-07-02-preview"
+        assert put.path.endswith(_MACHINES + "m-7")
+        assert put.query["api-version"] == PREVIEW_API_VERSION
 
-    def test_body_carries_the_shared_template_only(
+    def test_body_is_the_typed_template_with_ownership_tags(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
-        """The body is the template as machine properties; names, zones and tags stay out."""
+        """The body is the typed model's JSON (``enableFIPS``, as the API spells it) plus the
+        owner and batch tags; names and zones stay in the header."""
         aks_cloud.create_batch(batch("m-1", zones=("1",)))
 
         body = fake_arm.puts()[0].json()
@@ -64,7 +125,7 @@ class TestBatchPut:
                     "osSKU": "Ubuntu",
                     "osDiskSizeGB": 128,
                     "osDiskType": "Ephemeral",
-                    "enableFips": False,
+                    "enableFIPS": False,
                 },
                 "mode": "User",
                 "priority": "Spot",
@@ -72,15 +133,108 @@ class TestBatchPut:
                     "vnetSubnetID": "/subscriptions/s/resourceGroups/rg/providers"
                     "/Microsoft.Network/virtualNetworks/v/subnets/a"
                 },
+                "tags": {OWNER_TAG: "fleetledger", BATCH_TAG: "batch-1"},
             }
         }
 
-
-class TestWholeCall:
-    def test_a_refused_batch_raises_instead_of_reporting_machines(
+    def test_caps_a_put_at_fifty_machines(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
-        """A batch refused as a whole (409 OperationNotAllowed) raises QuotaExceeded."""
+        """A batch of 120 goes out as PUTs of 50, 50 and 20, and every machine is created."""
+        names = [f"m-{i:03d}" for i in range(120)]
+
+        result = aks_cloud.create_batch(batch(*names))
+
+        counts = [(p.header("BatchPutMachine") or "").count("machineName") for p in fake_arm.puts()]
+        assert counts == [50, 50, 20]
+        assert set(result.created) == set(names)
+
+
+class TestRefusedBeforeSending:
+    def test_a_tag_key_azure_refuses_refuses_the_batch_without_a_put(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """Azure refuses '/' in tag names; the header cannot drop the machine, so the batch is
+        refused whole, naming the machine and the key."""
+        request = BatchCreate(
+            "b", TEMPLATE, (MachineSpec("m-1"), MachineSpec("m-2", tags=(("k8s.io/role", "x"),)))
+        )
+
+        with pytest.raises(UnknownCloudError, match=r"m-2: k8s\.io/role"):
+            aks_cloud.create_batch(request)
+
+        assert fake_arm.puts() == ()
+
+
+class TestPerMachineResults:
+    def test_each_machine_is_read_with_its_own_get_in_the_preview_version(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """The operation covers only the first machine: every machine is read on its own."""
+        aks_cloud.create_batch(batch("m-1", "m-2", "m-3"))
+
+        for name in ("m-1", "m-2", "m-3"):
+            versions = _machine_gets(fake_arm, name)
+            assert versions, f"{name} was never read"
+            assert set(versions) == {PREVIEW_API_VERSION}
+
+    def test_the_first_machines_failure_is_not_applied_to_the_others(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """m-1 failing ZonalAllocationFailed leaves m-2 created, not failed with m-1's error."""
+        fake_arm.fail_async("m-1", "ZonalAllocationFailed")
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2", zones=("1", "2")))
+
+        assert set(result.created) == {"m-2"}
+        error = result.failed["m-1"]
+        assert isinstance(error, CapacityUnavailable)
+        assert error.zone == "1"
+
+    def test_client_error_details_fail_only_their_targets(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A 400 BatchMachineClientError fails the machines in ``details[].target``, each with its
+        own code; the machines it does not list started and are created."""
+        fake_arm.refuse_machine("m-2", "SkuNotAvailable", "Standard_D4s_v5 is not offered")
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2", "m-3"))
+
+        assert set(result.created) == {"m-1", "m-3"}
+        error = result.failed["m-2"]
+        assert isinstance(error, SkuUnavailable)
+        assert error.message == "Standard_D4s_v5 is not offered"
+
+    def test_internal_error_details_are_read_from_the_message(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A 500 BatchMachineInternalServerError carries the failed machines as JSON in
+        ``message``; each fails retryably, the rest are created."""
+        fake_arm.refuse_machine("m-1", "InternalOperationError", "try again", internal=True)
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2"))
+
+        assert set(result.created) == {"m-2"}
+        error = result.failed["m-1"]
+        assert isinstance(error, UnknownCloudError)
+        assert (error.provider_code, error.retryable) == ("InternalOperationError", True)
+
+    def test_any_other_error_code_refuses_the_whole_batch(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """An ordinary error (a bad shared property) raises for the batch; nothing is made."""
+        fake_arm.fail_next_puts(400, "InvalidParameter", "osDiskSizeGB is too small")
+
+        with pytest.raises(UnknownCloudError) as raised:
+            aks_cloud.create_batch(batch("m-1", "m-2"))
+
+        assert raised.value.message == "osDiskSizeGB is too small"
+        assert fake_arm.creations == ()
+
+    def test_a_batch_over_quota_raises_quota_exceeded(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A batch refused for a cores quota (409 OperationNotAllowed) raises QuotaExceeded."""
         fake_arm.set_quota(1)
 
         with pytest.raises(QuotaExceeded) as raised:
@@ -89,25 +243,208 @@ class TestWholeCall:
         assert raised.value.provider_code == "OperationNotAllowed"
         assert fake_arm.creations == ()
 
-    def test_a_lost_answer_leaves_every_machine_unknown(
+    def test_vm_size_not_supported_is_sku_unavailable(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
-        """When the PUT's answer is lost the batch may exist: nothing is reported either way."""
+        """The AKS spelling of an unavailable size, BadRequest "is not supported for
+        subscription", raises SkuUnavailable."""
+        fake_arm.fail_next_puts(
+            400,
+            "BadRequest",
+            "The VM size of Standard_D4s_v5 is not supported for subscription s in westus3",
+        )
+
+        with pytest.raises(SkuUnavailable):
+            aks_cloud.create_batch(batch("m-1"))
+
+
+class TestRetries:
+    def test_the_batch_put_is_never_resent_by_the_transport(
+        self, retrying_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """With azure-core retries on, a 500 with per-machine details is not replayed: one PUT,
+        and the machines it started are created, not failed as "already exists"."""
+        fake_arm.refuse_machine("m-2", "InternalOperationError", internal=True)
+
+        result = retrying_cloud.create_batch(batch("m-1", "m-2", "m-3"))
+
+        assert len(fake_arm.puts()) == 1
+        assert set(result.created) == {"m-1", "m-3"}
+        assert set(result.failed) == {"m-2"}
+
+    def test_throttling_is_not_retried_inside_the_call(
+        self, retrying_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A 429 reaches the caller after one PUT, so its back-off, not the SDK's, applies."""
+        fake_arm.throttle(retry_after=0)
+
+        with pytest.raises(Throttled):
+            retrying_cloud.create_batch(batch("m-1"))
+
+        assert len(fake_arm.puts()) == 1
+
+    def test_a_lost_answer_is_resolved_by_reading_not_by_resending(
+        self, retrying_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """The PUT's answer is lost after the machines started: they are found by GET and
+        reported created; the PUT is not sent again."""
         fake_arm.drop_next_puts()
         request = batch("m-1", "m-2")
 
-        result = aks_cloud.create_batch(request)
+        result = retrying_cloud.create_batch(request)
 
-        assert result.unknown(request) == ("m-1", "m-2")
+        assert len(fake_arm.puts()) == 1
+        assert set(result.created) == {"m-1", "m-2"}
         assert fake_arm.creations == ("m-1", "m-2")
 
-    def test_a_broken_poll_leaves_every_machine_unknown(
+    def test_machines_known_not_to_have_started_are_sent_once_more(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
-        """A failed status request says nothing about the machines: all stay unknown."""
-        fake_arm.break_next_polls()
+        """A 503 without details started nothing the GETs can find: one more PUT creates them."""
+        fake_arm.fail_next_puts(503, "ServiceUnavailable", "try later")
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2"))
+
+        assert len(fake_arm.puts()) == 2
+        assert set(result.created) == {"m-1", "m-2"}
+        assert fake_arm.creations == ("m-1", "m-2")
+
+    def test_a_resend_refused_as_a_whole_fails_only_the_unstarted_machines(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """The one re-send is refused outright: its error fails the machines it carried."""
+        fake_arm.fail_next_puts(503, "ServiceUnavailable", "try later")
+        fake_arm.fail_next_puts(400, "InvalidParameter", "maxPods is out of range")
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2"))
+
+        assert len(fake_arm.puts()) == 2
+        assert {n: e.message for n, e in result.failed.items()} == {
+            "m-1": "maxPods is out of range",
+            "m-2": "maxPods is out of range",
+        }
+        assert fake_arm.creations == ()
+
+    def test_a_replayed_batch_reports_no_false_failure_and_creates_nothing_twice(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """The caller re-sends a batch whose answer was lost: the service answers "exists" for
+        every machine; each is read, found ours, and reported created."""
+        fake_arm.drop_next_puts()
         request = batch("m-1", "m-2")
+        aks_cloud.create_batch(request)
 
-        result = aks_cloud.create_batch(request)
+        again = aks_cloud.create_batch(request)
 
-        assert result.unknown(request) == ("m-1", "m-2")
+        assert fake_arm.puts()[-1].status == 400  # BatchMachineClientError: both exist
+        assert set(again.created) == {"m-1", "m-2"}
+        assert again.failed == {}
+        assert fake_arm.creations == ("m-1", "m-2")
+
+
+class TestAgentPool:
+    def test_a_missing_agent_pool_is_refused_at_start_up(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """Construction reads the pool; a missing one is a set-up error naming it."""
+        fake_arm.set_agent_pool("burst", mode=None)
+
+        with pytest.raises(CloudSetupError, match="rg/fleet/burst does not exist"):
+            _cloud(aks_client)
+
+    def test_a_pool_not_in_machines_mode_is_refused_at_start_up(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """A User-mode pool cannot take machines: the error says which mode is needed."""
+        fake_arm.set_agent_pool("burst", mode="User")
+
+        with pytest.raises(CloudSetupError, match=r"'User'.*mode Machines"):
+            _cloud(aks_client)
+
+    def test_a_client_on_a_stable_api_version_is_refused(self, fake_arm: FakeArmServer) -> None:
+        """On a stable version machines cannot be created nor their state read: refused."""
+        with (
+            ContainerServiceClient(
+                StaticTokenCredential(),
+                SUBSCRIPTION,
+                api_version="2025-08-01",
+                **fake_arm.client_options(),
+            ) as client,
+            pytest.raises(CloudSetupError, match=PREVIEW_API_VERSION),
+        ):
+            _cloud(client)
+
+    def test_more_than_fifty_machines_per_put_is_refused(
+        self, aks_client: ContainerServiceClient
+    ) -> None:
+        """The API's cap holds whatever the configuration asks for."""
+        with pytest.raises(ValueError, match="1-50"):
+            _cloud(aks_client, max_batch_machines=51)
+
+
+class TestOwnership:
+    def test_every_machine_carries_the_owner_and_batch_tags(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """The shared tags reach every machine, beside its own header tags."""
+        aks_cloud.create_batch(batch("m-1", "m-2", batch_id="b-9"))
+
+        for name in ("m-1", "m-2"):
+            tags = fake_arm.machine_tags(name)
+            assert (tags[OWNER_TAG], tags[BATCH_TAG], tags["machine"]) == (
+                "fleetledger",
+                "b-9",
+                name,
+            )
+
+    def test_a_name_held_by_another_owner_is_never_taken_over(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """The machine exists under someone else's tags: that request fails NameInUse and the
+        machine is left as it was; the rest of the batch is created."""
+        fake_arm.plant_machine("m-2", tags={OWNER_TAG: "someone-else"})
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2"))
+
+        assert set(result.created) == {"m-1"}
+        assert isinstance(result.failed["m-2"], NameInUse)
+        assert "another owner" in result.failed["m-2"].message
+        assert fake_arm.machine_tags("m-2") == {OWNER_TAG: "someone-else"}
+        assert fake_arm.deletions == ()
+
+    def test_a_name_held_by_us_is_taken_over(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """Our own machine from an earlier run is reported created, not failed."""
+        fake_arm.plant_machine("m-1", tags={OWNER_TAG: "fleetledger"})
+
+        result = aks_cloud.create_batch(batch("m-1"))
+
+        assert set(result.created) == {"m-1"}
+
+
+class TestFailedLeftovers:
+    def test_a_machine_that_failed_to_provision_is_deleted_and_reported(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """The failed machine would stay billed as a failed resource: it is deleted, and the
+        result names it in ``deleted``."""
+        fake_arm.fail_async("m-2", "AllocationFailed")
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2"))
+
+        assert result.deleted == ("m-2",)
+        assert isinstance(result.failed["m-2"], CapacityUnavailable)
+        assert fake_arm.deletions == ("m-2",)
+        assert fake_arm.machine_names() == ("m-1",)
+
+    def test_deletion_can_be_turned_off(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """With ``delete_failed=False`` the failed machine stays and nothing is reported deleted."""
+        fake_arm.fail_async("m-1", "AllocationFailed")
+
+        result = _cloud(aks_client, delete_failed=False).create_batch(batch("m-1"))
+
+        assert result.deleted == ()
+        assert fake_arm.machine_state("m-1") == "Failed"

@@ -11,6 +11,8 @@ from azure.core.exceptions import ServiceRequestError
 from fleetledger.adapters.cloud import (
     CapacityUnavailable,
     CloudError,
+    NameInUse,
+    OperationRefused,
     QuotaExceeded,
     SkuUnavailable,
     Throttled,
@@ -19,6 +21,7 @@ from fleetledger.adapters.cloud import (
     from_azure_error,
 )
 from fleetledger.adapters.cloud.errors import retry_after_seconds
+from fleetledger.domain.machine_batch import ERROR_CODES
 
 
 class TestTree:
@@ -29,6 +32,8 @@ class TestTree:
             CapacityUnavailable,
             SkuUnavailable,
             Throttled,
+            OperationRefused,
+            NameInUse,
             UnknownCloudError,
         ]
 
@@ -38,20 +43,37 @@ class TestTree:
             "capacity_unavailable",
             "sku_unavailable",
             "throttled",
+            "not_allowed",
+            "name_in_use",
             "unknown",
         ]
+
+    def test_every_code_is_one_the_domain_records(self) -> None:
+        """The coordinator records ``code`` as a domain ErrorCode; an unknown one would be lost."""
+        classes: list[type[CloudError]] = [
+            QuotaExceeded,
+            CapacityUnavailable,
+            SkuUnavailable,
+            Throttled,
+            OperationRefused,
+            NameInUse,
+            UnknownCloudError,
+        ]
+
+        assert {c.code for c in classes} <= set(ERROR_CODES)
 
 
 class TestClassifyArmError:
     @pytest.mark.parametrize(
         ("code", "expected"),
         [
-            ("OperationNotAllowed", QuotaExceeded),
             ("QuotaExceeded", QuotaExceeded),
+            ("OperationNotAllowed", OperationRefused),
             ("ZonalAllocationFailed", CapacityUnavailable),
             ("AllocationFailed", CapacityUnavailable),
             ("OverconstrainedZonalAllocationRequest", CapacityUnavailable),
             ("SkuNotAvailable", SkuUnavailable),
+            ("VMSizeNotSupported", SkuUnavailable),
             ("TooManyRequests", Throttled),
             ("InvalidParameter", UnknownCloudError),
             (None, UnknownCloudError),
@@ -63,6 +85,42 @@ class TestClassifyArmError:
 
         assert type(error) is expected
         assert error.provider_code == code
+
+    @pytest.mark.parametrize(
+        "message",
+        [
+            "Operation could not be completed as it results in exceeding approved "
+            "standardDSv3Family Cores quota. Additional details …",
+            "… exceeding approved Total Regional Cores quota …",
+            "… exceeding approved LowPriorityCores quota …",
+        ],
+    )
+    def test_operation_not_allowed_naming_a_cores_quota_is_quota(self, message: str) -> None:
+        """OperationNotAllowed is quota only when its message names a cores quota."""
+        error = classify_arm_error("OperationNotAllowed", message, status=409)
+
+        assert isinstance(error, QuotaExceeded)
+
+    def test_operation_not_allowed_for_anything_else_is_a_refusal(self) -> None:
+        """Any other OperationNotAllowed is a refusal of its own kind, not retryable."""
+        error = classify_arm_error(
+            "OperationNotAllowed", "Changing property 'vmSize' is not allowed.", status=409
+        )
+
+        assert isinstance(error, OperationRefused)
+        assert (error.code, error.retryable) == ("not_allowed", False)
+
+    def test_bad_request_for_a_size_not_supported_is_sku_unavailable(self) -> None:
+        """AKS's BadRequest "… is not supported for subscription …" means the size is not ours
+        to use; other BadRequests stay unknown."""
+        sku = classify_arm_error(
+            "BadRequest",
+            "The VM size of Standard_NC6 is not supported for subscription s in location x.",
+        )
+        other = classify_arm_error("BadRequest", "The request body is malformed.")
+
+        assert isinstance(sku, SkuUnavailable)
+        assert isinstance(other, UnknownCloudError)
 
     def test_http_429_is_throttled_whatever_the_code(self) -> None:
         """The status alone is enough to know the request was throttled."""

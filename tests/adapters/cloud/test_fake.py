@@ -79,6 +79,41 @@ class TestScripts:
         assert isinstance(result.failed["m-3"], QuotaExceeded)
 
 
+class TestFailedLeftovers:
+    def test_failed_machines_stay_as_leftovers_by_default(self) -> None:
+        """Without delete_failed a provisioning failure leaves a failed machine behind."""
+        cloud = FakeCloud()
+        cloud.fail_machine("m-1", UnknownCloudError("disk attach failed"))
+
+        result = cloud.create_batch(batch("m-1", "m-2"))
+
+        assert result.deleted == ()
+        assert cloud.failed_leftovers() == ("m-1",)
+        assert cloud.machine_names() == ("m-1", "m-2")
+
+    def test_delete_failed_removes_and_reports_them(self) -> None:
+        """With delete_failed the failed machine is deleted, reported, and counted apart."""
+        cloud = FakeCloud(delete_failed=True)
+        cloud.fail_machine("m-1", UnknownCloudError("disk attach failed"))
+
+        result = cloud.create_batch(batch("m-1", "m-2"))
+
+        assert result.deleted == ("m-1",)
+        assert set(result.failed) == {"m-1"}
+        assert (cloud.deletions, cloud.failed_leftovers()) == (("m-1",), ())
+        assert cloud.machine_names() == ("m-2",)
+        assert cloud.creations == ("m-1", "m-2")
+
+    def test_a_refusal_is_nothing_to_delete(self) -> None:
+        """A refused machine never existed, so nothing is deleted."""
+        cloud = FakeCloud(delete_failed=True)
+        cloud.fail_machine("m-1", QuotaExceeded("no cores"))
+
+        result = cloud.create_batch(batch("m-1"))
+
+        assert (result.deleted, cloud.deletions) == ((), ())
+
+
 class TestRecording:
     def test_records_each_call_with_its_batch_put_machine_header(self) -> None:
         """Tests can assert one call per batch and the exact header it would have carried."""

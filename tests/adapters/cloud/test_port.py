@@ -57,7 +57,10 @@ class TestBatchPutMachineHeader:
 
     def test_is_the_domain_header_for_the_same_machines(self) -> None:
         """One implementation: the port's header is the domain's, which the log records."""
-        specs = [MachineSpec("m-1", zones=("2",), tags=(("team", "a"),)), MachineSpec("m-2")]
+        specs = [
+            MachineSpec("m-1", zones=("2",), tags=(("team", "a"),), request_id="r-1"),
+            MachineSpec("m-2", request_id="r-2"),
+        ]
         machines = [
             BatchMachine("r-1", "m-1", ("2",), (("team", "a"),)),
             BatchMachine("r-2", "m-2"),
@@ -120,11 +123,14 @@ class TestPublicSurface:
             "CapacityUnavailable",
             "CloudError",
             "CloudMachines",
+            "CloudSetupError",
             "FakeCall",
             "FakeCloud",
             "MachineObservation",
             "MachineSpec",
             "MachineStatus",
+            "NameInUse",
+            "OperationRefused",
             "ProgressNote",
             "QuotaExceeded",
             "SkuUnavailable",

@@ -1,0 +1,126 @@
+"""The fake ARM server answers the AKS machines batch PUT as the service does, seen through the
+real SDK: flat per-machine error bodies, an operation covering only the first machine, errors for
+machines that exist, and machine reads shaped by the API version asked for."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from azure.core.exceptions import HttpResponseError
+from azure.mgmt.containerservice import ContainerServiceClient
+
+from fleetledger.adapters.cloud.aks import PREVIEW_API_VERSION, machine_body
+from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
+from fleetledger.adapters.cloud.port import BATCH_PUT_MACHINE_HEADER, MachineSpec
+from fleetledger.adapters.cloud.port import encode_batch_put_machine_header as header_of
+
+from .support import SUBSCRIPTION, TEMPLATE
+
+
+def _put(client: ContainerServiceClient, *names: str) -> None:
+    machines = [MachineSpec(n) for n in names]
+    client.machines.begin_create_or_update(
+        "rg",
+        "fleet",
+        "burst",
+        names[0],
+        machine_body(TEMPLATE),
+        headers={BATCH_PUT_MACHINE_HEADER: header_of(machines)},
+        polling=False,
+    )
+
+
+def _refused(client: ContainerServiceClient, *names: str) -> tuple[int, dict[str, Any]]:
+    with pytest.raises(HttpResponseError) as raised:
+        _put(client, *names)
+    assert raised.value.response is not None
+    body = json.loads(raised.value.response.text())
+    return raised.value.status_code or 0, body
+
+
+class TestBatchErrors:
+    def test_client_errors_come_flat_with_a_target_per_failed_machine(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """400 BatchMachineClientError: no ``error`` wrapper, ``details[].target`` names only the
+        machines that failed; the others were started."""
+        fake_arm.refuse_machine("m-2", "InvalidParameter", "bad zone")
+
+        status, body = _refused(aks_client, "m-1", "m-2", "m-3")
+
+        assert status == 400
+        assert "error" not in body
+        assert body["code"] == "BatchMachineClientError"
+        assert body["details"] == [
+            {"code": "InvalidParameter", "message": "bad zone", "target": "m-2"}
+        ]
+        assert fake_arm.creations == ("m-1", "m-3")
+
+    def test_internal_errors_carry_their_details_as_json_in_the_message(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """500 BatchMachineInternalServerError: the per-machine list is JSON inside ``message``."""
+        fake_arm.refuse_machine("m-1", "InternalOperationError", "boom", internal=True)
+
+        status, body = _refused(aks_client, "m-1", "m-2")
+
+        assert (status, body["code"]) == (500, "BatchMachineInternalServerError")
+        details = json.loads(str(body["message"]))["details"]
+        assert details == [{"code": "InternalOperationError", "message": "boom", "target": "m-1"}]
+
+    def test_a_machine_that_exists_is_answered_with_an_error(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """Sending a batch again reports its existing machines as failed: a replay's trap."""
+        _put(aks_client, "m-1", "m-2")
+
+        status, body = _refused(aks_client, "m-1", "m-2")
+
+        assert status == 400
+        assert [d["target"] for d in body["details"]] == ["m-1", "m-2"]
+        assert fake_arm.creations == ("m-1", "m-2")
+
+
+class TestOperation:
+    def test_the_operation_covers_only_the_first_machine(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """m-2's failure does not show in the operation; only m-2's own read reveals it."""
+        fake_arm.fail_async("m-2", "ZonalAllocationFailed")
+        poller = aks_client.machines.begin_create_or_update(
+            "rg",
+            "fleet",
+            "burst",
+            "m-1",
+            machine_body(TEMPLATE),
+            headers={BATCH_PUT_MACHINE_HEADER: header_of([MachineSpec("m-1"), MachineSpec("m-2")])},
+        )
+
+        poller.result()
+        m2 = aks_client.machines.get("rg", "fleet", "burst", "m-2")
+
+        assert poller.status() == "Succeeded"
+        assert m2.properties is not None and m2.properties.provisioning_state == "Failed"
+
+
+class TestReadsByVersion:
+    def test_a_stable_version_read_has_no_provisioning_state(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """Only the preview's machine says how its create went; the stable one never does."""
+        _put(aks_client, "m-1")
+        with ContainerServiceClient(
+            StaticTokenCredential(),
+            SUBSCRIPTION,
+            api_version="2025-08-01",
+            **fake_arm.client_options(),
+        ) as stable:
+            raw = stable.machines.get("rg", "fleet", "burst", "m-1")
+
+        preview = aks_client.machines.get("rg", "fleet", "burst", "m-1")
+
+        assert raw.properties is not None and raw.properties.provisioning_state is None
+        assert preview.properties is not None and preview.properties.provisioning_state
+        assert aks_client._config.api_version == PREVIEW_API_VERSION
