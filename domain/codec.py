@@ -37,7 +37,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from fleetledger.domain import batch_job, ipam, scheduling, testbed
 from fleetledger.domain.grouper import BatchOutcomesRecorded, BatchSealed, MachineRequested
+from fleetledger.domain.leadership import LeaderElected
 from fleetledger.domain.machine_batch import (
     BatchCompleted,
     BatchDispatched,
@@ -46,6 +48,19 @@ from fleetledger.domain.machine_batch import (
     MachineCreated,
     MachineFailed,
     MachineNotFound,
+)
+from fleetledger.domain.nodes import (
+    ComputeUnitViolated,
+    ControllerRestarted,
+    MigrationStarted,
+    NodeCapacityChanged,
+    NodeConfigChanged,
+    NodeJoined,
+    NodeLeft,
+    OtherPodReserved,
+    PodDeleted,
+    ResourcesGranted,
+    VmPodReserved,
 )
 
 __all__ = [
@@ -393,3 +408,54 @@ _register(MachineFailed, "vm.MachineFailed", 1)
 _register(MachineNotFound, "vm.MachineNotFound", 1)
 _register(MachineCreateAccepted, "vm.MachineCreateAccepted", 1)
 _register(BatchCompleted, "vm.BatchCompleted", 1)
+# Leader terms of the controllers sharing a database: one leadership stream.
+_register(LeaderElected, "leadership.LeaderElected", 1)
+
+# Batch jobs on slot testbeds (PRODUCT.md §4.5): one stream per testbed, per job, per scheduling.
+_register(testbed.TestbedDefined, "testbed.TestbedDefined", 1)
+_register(testbed.ClusterObserved, "testbed.ClusterObserved", 1)
+_register(testbed.SlotReserved, "testbed.SlotReserved", 1)
+_register(testbed.ReservationCleared, "testbed.ReservationCleared", 1)
+_register(testbed.TestbedClaimed, "testbed.TestbedClaimed", 1)
+_register(testbed.TestbedReleased, "testbed.TestbedReleased", 1)
+_register(batch_job.JobDefined, "batch_job.JobDefined", 1)
+_register(batch_job.JobClaimed, "batch_job.JobClaimed", 1)
+_register(batch_job.ApplicationRequested, "batch_job.ApplicationRequested", 1)
+_register(batch_job.JobScheduled, "batch_job.JobScheduled", 1)
+_register(batch_job.JobRunning, "batch_job.JobRunning", 1)
+_register(batch_job.JobCompleted, "batch_job.JobCompleted", 1)
+_register(batch_job.JobFailed, "batch_job.JobFailed", 1)
+_register(batch_job.JobReleased, "batch_job.JobReleased", 1)
+_register(batch_job.ApplicationDeleted, "batch_job.ApplicationDeleted", 1)
+_register(scheduling.SchedulingCreated, "scheduling.SchedulingCreated", 1)
+_register(scheduling.ClaimsGranted, "scheduling.ClaimsGranted", 1)
+_register(scheduling.ClaimConflicted, "scheduling.ClaimConflicted", 1)
+_register(scheduling.HoldingsReleased, "scheduling.HoldingsReleased", 1)
+_register(scheduling.JobsAssigned, "scheduling.JobsAssigned", 1)
+_register(scheduling.SubmissionConfirmed, "scheduling.SubmissionConfirmed", 1)
+_register(scheduling.SchedulingCompleted, "scheduling.SchedulingCompleted", 1)
+_register(scheduling.QueueExtended, "scheduling.QueueExtended", 1)
+_register(scheduling.SchedulingReleased, "scheduling.SchedulingReleased", 1)
+# Node resource accounting (PRODUCT.md §4.4): one stream per node.
+_register(NodeJoined, "nodes.NodeJoined", 1)
+_register(NodeCapacityChanged, "nodes.NodeCapacityChanged", 1)
+_register(NodeLeft, "nodes.NodeLeft", 1)
+_register(NodeConfigChanged, "nodes.NodeConfigChanged", 1)
+_register(VmPodReserved, "nodes.VmPodReserved", 1)
+_register(OtherPodReserved, "nodes.OtherPodReserved", 1)
+_register(PodDeleted, "nodes.PodDeleted", 1)
+_register(ResourcesGranted, "nodes.ResourcesGranted", 1)
+_register(ComputeUnitViolated, "nodes.ComputeUnitViolated", 1)
+_register(MigrationStarted, "nodes.MigrationStarted", 1)
+_register(ControllerRestarted, "nodes.ControllerRestarted", 1)
+# Pod-IP batch sizing (PRODUCT.md §4.3): one stream per subnet.
+_register(ipam.SubnetCreated, "ipam.SubnetCreated", 1)
+_register(ipam.NodeJoined, "ipam.NodeJoined", 1)
+_register(ipam.NodeLeft, "ipam.NodeLeft", 1)
+_register(ipam.DemandReported, "ipam.DemandReported", 1)
+_register(ipam.ExhaustionChanged, "ipam.ExhaustionChanged", 1)
+_register(ipam.BatchSizeChanged, "ipam.BatchSizeChanged", 1)
+_register(ipam.PoolResized, "ipam.PoolResized", 1)
+_register(ipam.IpsRequested, "ipam.IpsRequested", 1)
+_register(ipam.IpsAllocated, "ipam.IpsAllocated", 1)
+_register(ipam.IpsReleased, "ipam.IpsReleased", 1)

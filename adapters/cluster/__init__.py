@@ -1,0 +1,35 @@
+"""The cluster a controller places pods on: the :class:`ClusterGateway` port and its in-memory
+adapter :class:`FakeCluster`.
+
+The port is deliberately generic — nodes with labels and allocatable resources, pods with
+labels, annotations, node, phase and owner — so every capability that counts or places pods
+(testbed ghost pods, node accounting) speaks to Kubernetes through the same four calls.
+"""
+
+from __future__ import annotations
+
+from .fake import FakeCluster
+from .port import (
+    ClusterError,
+    ClusterGateway,
+    Node,
+    NoRoom,
+    Pod,
+    PodExists,
+    PodPhase,
+    PodSpec,
+    UnknownPod,
+)
+
+__all__ = [
+    "ClusterError",
+    "ClusterGateway",
+    "FakeCluster",
+    "NoRoom",
+    "Node",
+    "Pod",
+    "PodExists",
+    "PodPhase",
+    "PodSpec",
+    "UnknownPod",
+]

@@ -1,0 +1,228 @@
+"""The subnets' application service: commands in, Subnet decisions into the log.
+
+Each subnet has its own stream (``subnet-<id>``), hosted by a
+:class:`~fleetledger.adapters.runtime.HostedStream` created on first use and kept: it holds the
+folded state, decides on it, appends with the expected version and decides the commands that
+arrive during an append together (many node agents reporting at once cost one append).
+
+A refusal may come from a fold that is behind the log (another process created the subnet or
+joined the node since this one last read): the service then catches the stream up and, if it
+moved, decides once more before reporting the refusal.
+
+Allocator answers and releases are the leader's duties (``duty=True``): they carry its term, so a
+deposed leader cannot record a side effect's result.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+
+from fleetledger.adapters import runtime
+from fleetledger.adapters.clock import Clock
+from fleetledger.adapters.runtime import CommandRefused, Decision, HostedStream, RetryPolicy, Writer
+from fleetledger.domain.errors import InvalidCommand
+from fleetledger.domain.ipam import (
+    CreateSubnet,
+    IpamConfig,
+    JoinNodes,
+    LeaveNode,
+    RecordAllocation,
+    RecordRelease,
+    ReportDemand,
+    SubnetCommand,
+    SubnetEvent,
+    SubnetState,
+)
+from fleetledger.eventstore import EventStore
+
+from .aggregate import SUBNET_CREATED_TYPES, subnet_aggregate, subnet_id_of
+from .errors import (
+    CommandRejected,
+    InvalidIpamCommand,
+    LogContention,
+    LogUnavailable,
+    NotLeader,
+    UnknownSubnet,
+)
+
+__all__ = ["SubnetService", "SubnetStream"]
+
+SubnetStream = HostedStream[SubnetState, SubnetCommand, SubnetEvent]
+
+_PAGE = 1000
+
+
+class SubnetService:
+    """Decides subnet commands on their streams; thread-safe."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        clock: Clock,
+        config: IpamConfig | None = None,
+        writer: Writer | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._aggregate = subnet_aggregate(config)
+        self._writer = writer or Writer()
+        self._retry = retry
+        self._lock = threading.Lock()
+        self._streams: dict[str, SubnetStream] = {}
+
+    @property
+    def store(self) -> EventStore:
+        return self._store
+
+    # -- streams -----------------------------------------------------------------------------
+
+    def stream(self, subnet_id: str) -> SubnetStream:
+        """The hosted stream of ``subnet_id`` (created, not yet loaded, on first use)."""
+        with self._lock:
+            stream = self._streams.get(subnet_id)
+            if stream is None:
+                stream = HostedStream(
+                    self._store,
+                    self._aggregate,
+                    self._aggregate.stream_of(subnet_id),
+                    clock=self._clock,
+                    writer=self._writer,
+                    retry=self._retry,
+                )
+                self._streams[subnet_id] = stream
+            return stream
+
+    def subnet_ids(self) -> tuple[str, ...]:
+        """Every subnet created in the log, by id."""
+        found: set[str] = set()
+        after = 0
+        with _translated():
+            while True:
+                records = self._store.read_all(after=after, limit=_PAGE, types=SUBNET_CREATED_TYPES)
+                found.update(
+                    subnet for r in records if (subnet := subnet_id_of(r.stream_id)) is not None
+                )
+                if len(records) < _PAGE:
+                    return tuple(sorted(found))
+                after = records[-1].global_position
+
+    def load(self, subnet_id: str) -> SubnetState:
+        """Catch ``subnet_id``'s stream up with the log and return its state.
+
+        Raises :class:`UnknownSubnet` when it was never created.
+        """
+        stream = self.stream(subnet_id)
+        with _translated():
+            stream.load()
+        state = stream.state
+        if state.subnet_id is None:
+            raise UnknownSubnet(subnet_id)
+        return state
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def create(self, subnet_id: str, capacity: int) -> Decision[SubnetEvent]:
+        """Manage ``subnet_id`` with ``capacity`` assignable IPs (again with the same capacity
+        changes nothing)."""
+        return self._execute(
+            subnet_id, lambda at: CreateSubnet(subnet_id, capacity, at=at), f"create:{subnet_id}"
+        )
+
+    def join(self, subnet_id: str, nodes: Sequence[str]) -> Decision[SubnetEvent]:
+        """``nodes`` take their pod IPs from ``subnet_id`` (planned together)."""
+        names = tuple(nodes)
+        return self._execute(
+            subnet_id, lambda at: JoinNodes(subnet_id, names, at=at), f"join:{','.join(names)}"
+        )
+
+    def leave(self, subnet_id: str, node: str) -> Decision[SubnetEvent]:
+        """``node`` is gone; its IPs return to the subnet."""
+        return self._execute(
+            subnet_id, lambda at: LeaveNode(subnet_id, node, at=at), f"leave:{node}"
+        )
+
+    def report_demand(
+        self, subnet_id: str, node: str, demand: int, in_use: Sequence[str] = ()
+    ) -> Decision[SubnetEvent]:
+        """``node``'s pods need ``demand`` IPs, and hold ``in_use``."""
+        held = tuple(in_use)
+        return self._execute(
+            subnet_id,
+            lambda at: ReportDemand(subnet_id, node, demand, held, at=at),
+            f"demand:{node}",
+        )
+
+    def record_allocation(
+        self, subnet_id: str, node: str, request: int, ips: Sequence[str], *, causation_id: str
+    ) -> Decision[SubnetEvent]:
+        """The allocator answered ``node``'s request ``request`` with ``ips`` (a leader duty)."""
+        answer = tuple(ips)
+        return self._execute(
+            subnet_id,
+            lambda at: RecordAllocation(subnet_id, node, request, answer, at=at),
+            causation_id,
+            duty=True,
+        )
+
+    def record_release(
+        self, subnet_id: str, node: str, ips: Sequence[str], *, causation_id: str
+    ) -> Decision[SubnetEvent]:
+        """``ips`` of ``node`` went back to the subnet (a leader duty)."""
+        freed = tuple(ips)
+        return self._execute(
+            subnet_id,
+            lambda at: RecordRelease(subnet_id, node, freed, at=at),
+            causation_id,
+            duty=True,
+        )
+
+    def _execute(
+        self,
+        subnet_id: str,
+        command: Callable[[datetime], SubnetCommand],
+        causation_id: str,
+        *,
+        duty: bool = False,
+    ) -> Decision[SubnetEvent]:
+        if not isinstance(subnet_id, str) or not subnet_id:
+            raise InvalidIpamCommand("subnet_id must be a non-empty string")
+        stream = self.stream(subnet_id)
+        with _translated():
+            try:
+                return stream.execute(lambda at: [(command(at), causation_id)], duty=duty)
+            except CommandRefused as first:
+                refused = first
+            if not isinstance(refused.error, InvalidCommand):
+                version = stream.version
+                stream.load()
+                if stream.version != version:
+                    try:
+                        return stream.execute(lambda at: [(command(at), causation_id)], duty=duty)
+                    except CommandRefused as second:
+                        refused = second
+        error = refused.error
+        if isinstance(error, InvalidCommand):
+            raise InvalidIpamCommand(error.reason) from error
+        if stream.state.subnet_id is None:
+            raise UnknownSubnet(subnet_id) from error
+        raise CommandRejected(error.reason) from error
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """The host's errors as this package's."""
+    try:
+        yield
+    except runtime.LogUnavailable as e:
+        raise LogUnavailable(str(e)) from e
+    except runtime.LogContention as e:
+        raise LogContention(
+            f"{e}; is another controller writing to the same subnet? Run one leader per database"
+        ) from e
+    except runtime.Deposed as e:
+        raise NotLeader(f"{e}; a newer leader records the allocator's answers now") from e

@@ -1,0 +1,334 @@
+"""The ``testbed`` scenario: two jobs on a testbed of 2 nodes × 2 slots, placed by the extender.
+
+The world: a :class:`~fleetledger.adapters.cluster.FakeCluster` of two labelled nodes, each with
+room for exactly its two slots (so a job pod only fits once its slot's ghost pod is preempted),
+:class:`~fleetledger.adapters.testbeds.FakeApplications` as the Spark operator, and a small fake
+kube-scheduler that asks the real extender app over HTTP (``POST /filter``, then ``POST
+/preempt`` and evicting the victims when the node has no room) for every pending pod.
+
+The script: jobs ``j1`` and ``j2`` (replication 2 each), scheduling ``s1`` with the queue
+``[j2, j1, j2, j1]`` (so ``j2`` gets free slots 0 and 2, ``j1`` slots 1 and 3); once ``s1`` holds
+its claims a second scheduling ``s2`` that also names ``j1`` is created. Each pass advances
+virtual time by one second, runs the controller until it settles, lets the fake scheduler place
+pending pods, and lets applications run: one starts the pass after its pods are all placed and
+completes after a seeded 2–5 passes. ``s1`` is released when completed.
+
+Figures: the ``assignments`` (job → slot ids), the jobs' final states, whether ``s2`` waited in
+``acquire`` holding nothing while ``s1`` held the shared job (and tried again once released),
+``slots_held_by_two_pods`` — slots that at some pass had two pods in them (two ghosts, or a
+ghost and the job pod bound there), plus reservations of a slot already reserved for another pod
+in the log — and the extender's p99 answer time over HTTP. That last one is wall-clock time
+(in-process HTTP), the only figure that varies between runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from random import Random
+
+from fastapi.testclient import TestClient
+
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cluster import FakeCluster, Node, NoRoom
+from fleetledger.adapters.extender import wire
+from fleetledger.adapters.extender.server import create_extender_app
+from fleetledger.adapters.testbeds import GHOST_LABEL, FakeApplications, TestbedsRuntime
+from fleetledger.adapters.testbeds.aggregates import TESTBED
+from fleetledger.domain import batch_job, testbed
+from fleetledger.eventstore import EventStore, migrate, open_store
+
+from .report import percentile
+
+__all__ = ["TestbedReport", "run_testbed_scenario"]
+
+_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
+_BED = "bed"
+_LABEL = "testbed"
+_SCHEDULER = "fleetledger"
+_QUEUE = ("j2", "j1", "j2", "j1")
+_MAX_PASSES = 200
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TestbedReport:
+    """What the ``testbed`` scenario measured."""
+
+    __test__ = False  # its name starts with Test; pytest must not collect it
+
+    seed: int
+    passes: int
+    assignments: Mapping[str, tuple[int, ...]]
+    job_states: Mapping[str, str]
+    run_passes: Mapping[str, int]
+    first_scheduling_phase: str
+    second_scheduling_phase: str
+    second_scheduling_waited: bool
+    second_scheduling_conflict: str
+    slots_held_by_two_pods: int
+    ghost_pods_created: int
+    preemptions: int
+    extender_calls: int
+    extender_p50_ms: float
+    extender_p99_ms: float
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready figures, for ``--json``."""
+        return {
+            "scenario": "testbed",
+            "seed": self.seed,
+            "passes": self.passes,
+            "assignments": {job: list(slots) for job, slots in sorted(self.assignments.items())},
+            "job_states": dict(sorted(self.job_states.items())),
+            "run_passes": dict(sorted(self.run_passes.items())),
+            "first_scheduling_phase": self.first_scheduling_phase,
+            "second_scheduling_phase": self.second_scheduling_phase,
+            "second_scheduling_waited": self.second_scheduling_waited,
+            "second_scheduling_conflict": self.second_scheduling_conflict,
+            "slots_held_by_two_pods": self.slots_held_by_two_pods,
+            "ghost_pods_created": self.ghost_pods_created,
+            "preemptions": self.preemptions,
+            "extender_calls": self.extender_calls,
+            "extender_p50_ms": round(self.extender_p50_ms, 3),
+            "extender_p99_ms": round(self.extender_p99_ms, 3),
+        }
+
+    def render(self) -> str:
+        """A readable report."""
+        lines = [
+            f"scenario testbed (seed {self.seed}): 2 nodes x 2 slots, queue "
+            f"[{', '.join(_QUEUE)}], {self.passes} passes",
+            *(
+                f"  {job}: slots {list(slots)}, {self.job_states.get(job, '?')} after "
+                f"{self.run_passes.get(job, 0)} passes running"
+                for job, slots in sorted(self.assignments.items())
+            ),
+            f"  s1: {self.first_scheduling_phase}; s2 (shares j1): {self.second_scheduling_phase}"
+            f", waited in acquire: {'yes' if self.second_scheduling_waited else 'NO'}",
+            f"    s2's last conflict: {self.second_scheduling_conflict or '-'}",
+            f"  slots held by two pods: {self.slots_held_by_two_pods}",
+            f"  ghost pods created: {self.ghost_pods_created}, preemptions: {self.preemptions}",
+            f"  extender: {self.extender_calls} calls, p50 {self.extender_p50_ms:.2f} ms, "
+            f"p99 {self.extender_p99_ms:.2f} ms (wall clock, in-process HTTP)",
+        ]
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _scratch_store(url: str | None) -> Iterator[EventStore]:
+    if url is not None:
+        migrate.upgrade(url)
+        with open_store(url) as store:
+            yield store
+        return
+    shm = Path("/dev/shm")
+    scratch = Path(tempfile.mkdtemp(prefix="fleetledger-tb-", dir=shm if shm.is_dir() else None))
+    try:
+        scratch_url = f"sqlite:///{scratch / 'testbed.db'}"
+        migrate.upgrade(scratch_url)
+        with open_store(scratch_url) as store:
+            yield store
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _FakeScheduler:
+    """The kube-scheduler's part: place pending pods of our scheduler through the extender."""
+
+    def __init__(self, cluster: FakeCluster, client: TestClient) -> None:
+        self._cluster = cluster
+        self._client = client
+        self.latencies_ms: list[float] = []
+        self.preemptions = 0
+
+    def _post(self, path: str, body: dict[str, object]) -> Mapping[str, object]:
+        started = time.perf_counter()
+        response = self._client.post(path, json=body)
+        self.latencies_ms.append((time.perf_counter() - started) * 1000)
+        response.raise_for_status()
+        answer = response.json()
+        assert isinstance(answer, Mapping)
+        return answer
+
+    def place_pending(self) -> int:
+        placed = 0
+        nodes = tuple(n.name for n in self._cluster.list_nodes())
+        for pod in self._cluster.list_pods():
+            if pod.node is not None or pod.scheduler_name != _SCHEDULER:
+                continue
+            extender_pod = wire.ExtenderPod(pod.name, "default", pod.uid, dict(pod.annotations))
+            answer = wire.parse_filter_result(
+                self._post("/filter", wire.encode_filter_args(wire.FilterArgs(extender_pod, nodes)))
+            )
+            if answer.node_names:
+                try:
+                    self._cluster.bind(pod.name, answer.node_names[0])
+                    placed += 1
+                    continue
+                except NoRoom:
+                    pass
+            # No node fits as is: the scheduler's post-filter asks the extender whom to preempt.
+            candidates = {n: wire.MetaVictims(()) for n in nodes}
+            preempt = wire.parse_preempt_result(
+                self._post(
+                    "/preempt", wire.encode_preempt_args(wire.PreemptArgs(extender_pod, candidates))
+                )
+            )
+            for node, victims in preempt.victims.items():
+                doomed = [p.name for p in self._cluster.list_pods() if p.uid in victims.pod_uids]
+                for name in doomed:
+                    self._cluster.delete_pod(name)
+                    self.preemptions += 1
+                try:
+                    self._cluster.bind(pod.name, node)
+                    placed += 1
+                except NoRoom:
+                    continue
+        return placed
+
+
+def _two_pod_slots(cluster: FakeCluster, state: testbed.TestbedState) -> set[int]:
+    """Slots with more than one pod in them now."""
+    pods = cluster.list_pods()
+    crowded = set()
+    for slot in testbed.slots(state):
+        ghosts = [
+            p
+            for p in pods
+            if p.labels.get(GHOST_LABEL) == _BED
+            and p.node == slot.node
+            and p.annotations.get("fleetledger.io/position-on-node") == str(slot.position_on_node)
+        ]
+        tenants = [
+            p
+            for p in pods
+            if slot.reserved_for is not None and p.name == slot.reserved_for and p.node == slot.node
+        ]
+        if len(ghosts) + len(tenants) > 1:
+            crowded.add(slot.slot_id)
+    return crowded
+
+
+def _double_reservations(store: EventStore) -> int:
+    """Reservations in the log of a slot still reserved for another pod."""
+    held: dict[tuple[str, int], str] = {}
+    doubled = 0
+    for record in store.read_stream(testbed.stream_name(_BED)):
+        event = TESTBED.codec.decode(record)
+        if isinstance(event, testbed.SlotReserved):
+            key = (event.node, event.position_on_node)
+            if held.get(key, event.pod_name) != event.pod_name:
+                doubled += 1
+            held[key] = event.pod_name
+        elif isinstance(event, testbed.ReservationCleared):
+            held.pop((event.node, event.position_on_node), None)
+    return doubled
+
+
+class _Watch:
+    """What the scenario checks pass by pass: ``s2`` waiting, slots crowded, jobs' run times."""
+
+    def __init__(self, durations: Mapping[str, int]) -> None:
+        self.durations = durations
+        self.crowded: set[int] = set()
+        self.started: dict[str, int] = {}
+        self.ran: dict[str, int] = {}
+        self.waited = True
+        self.s2_created = False
+        self.s1_released = False
+        self.s2_retried = False
+
+    def schedulings(self, runtime: TestbedsRuntime) -> None:
+        service = runtime.service
+        s1 = service.scheduling("s1").state
+        if not self.s2_created and "j1" in s1.held_jobs:
+            service.create_scheduling("s2", testbed=_BED, queue=("j1",))
+            self.s2_created = True
+            runtime.run_until_settled()
+            s1 = service.scheduling("s1").state
+        s2 = service.scheduling("s2").state
+        if self.s2_created and s1.phase != "finished":
+            self.waited = self.waited and s2.phase == "acquire" and not s2.held_jobs
+        self.s1_released = self.s1_released or s1.phase == "finished"
+        conflict = s2.last_conflict
+        if self.s1_released and conflict is not None and "s1" not in conflict.reason:
+            self.s2_retried = True
+
+    def applications(self, apps: FakeApplications, at_pass: int) -> None:
+        for job in ("j1", "j2"):
+            app = batch_job.application_name(job)
+            phase = apps.phase(app)
+            if phase == "scheduled":
+                apps.start(app)
+                self.started[job] = at_pass
+            elif phase == "running":
+                self.ran[job] = at_pass - self.started[job]
+                if self.ran[job] >= self.durations[job]:
+                    apps.finish(app)
+
+    @property
+    def done(self) -> bool:
+        return self.s1_released and self.s2_retried
+
+
+def run_testbed_scenario(seed: int, *, url: str | None = None) -> TestbedReport:
+    """Run the scenario on a scratch SQLite log (or the database at ``url``)."""
+    rng = Random(seed)
+    watch = _Watch({job: rng.randint(2, 5) for job in ("j1", "j2")})
+    clock = ManualClock(_EPOCH)
+    cluster = FakeCluster(
+        [
+            Node("n1", labels={_LABEL: "1"}, cpu_millis=2000, memory_mib=4096),
+            Node("n2", labels={_LABEL: "2"}, cpu_millis=2000, memory_mib=4096),
+        ]
+    )
+    apps = FakeApplications(cluster)
+    with _scratch_store(url) as store:
+        runtime = TestbedsRuntime(store, cluster, apps, clock=clock, threads=False)
+        runtime.start()
+        service = runtime.service
+        scheduler = _FakeScheduler(cluster, TestClient(create_extender_app(service)))
+        service.define_testbed(
+            _BED, node_label=_LABEL, slots_per_node=2, cpu_millis=1000, memory_mib=2048
+        )
+        for job in ("j1", "j2"):
+            service.define_job(job, kind="spark", image="spark:3.5", main_file=f"local:///{job}.py")
+        service.create_scheduling("s1", testbed=_BED, queue=_QUEUE)
+        passes = 0
+        for passes in range(1, _MAX_PASSES + 1):
+            clock.advance(1)
+            runtime.run_until_settled()
+            watch.schedulings(runtime)
+            scheduler.place_pending()
+            watch.applications(apps, passes)
+            watch.crowded |= _two_pod_slots(cluster, service.testbed(_BED).state)
+            if watch.done:
+                break
+        runtime.run_until_settled()
+        s1 = service.scheduling("s1").state
+        s2 = service.scheduling("s2").state
+        report = TestbedReport(
+            seed=seed,
+            passes=passes,
+            assignments={a.job: a.slot_ids for a in s1.assignments},
+            job_states={job: service.job(job).state.status for job in ("j1", "j2")},
+            run_passes=dict(watch.ran),
+            first_scheduling_phase=s1.phase,
+            second_scheduling_phase=s2.phase,
+            second_scheduling_waited=watch.s2_created and watch.waited and watch.s2_retried,
+            second_scheduling_conflict="" if s2.last_conflict is None else s2.last_conflict.reason,
+            slots_held_by_two_pods=len(watch.crowded) + _double_reservations(store),
+            ghost_pods_created=cluster.creations - sum(len(apps.pods(a)) for a in apps.created),
+            preemptions=scheduler.preemptions,
+            extender_calls=len(scheduler.latencies_ms),
+            extender_p50_ms=percentile(scheduler.latencies_ms, 50),
+            extender_p99_ms=percentile(scheduler.latencies_ms, 99),
+        )
+        runtime.stop()
+    return report

@@ -1,0 +1,48 @@
+"""Batch jobs on slot testbeds, run on the decider host (PRODUCT.md §4.5).
+
+- :class:`TestbedsService`: the testbed, job and scheduling streams, hosted; users' commands;
+- :class:`GhostPodReconciler`: ghost pods as the testbed's slots want them, through the
+  :class:`~fleetledger.adapters.cluster.ClusterGateway`;
+- :class:`SchedulingProcess`: claims, submissions, confirmations, completion, release, and the
+  jobs' applications (:class:`Applications`, :class:`FakeApplications`);
+- :class:`TestbedsRuntime`: all of it assembled, with ``start()/stop()``.
+
+The extender that places the jobs' pods is :mod:`fleetledger.adapters.extender.server`.
+"""
+
+from __future__ import annotations
+
+from .aggregates import BATCH_JOB, SCHEDULING, TESTBED
+from .applications import APPLICATION_LABEL, Applications, FakeApplications
+from .errors import (
+    CommandRejected,
+    InvalidTestbedCommand,
+    LogContention,
+    LogUnavailable,
+    NotLeading,
+    TestbedsError,
+)
+from .process import SchedulingProcess
+from .reconciler import GHOST_LABEL, GhostPodReconciler
+from .runtime import TestbedsRuntime
+from .service import TestbedsService
+
+__all__ = [
+    "APPLICATION_LABEL",
+    "BATCH_JOB",
+    "GHOST_LABEL",
+    "SCHEDULING",
+    "TESTBED",
+    "Applications",
+    "CommandRejected",
+    "FakeApplications",
+    "GhostPodReconciler",
+    "InvalidTestbedCommand",
+    "LogContention",
+    "LogUnavailable",
+    "NotLeading",
+    "SchedulingProcess",
+    "TestbedsError",
+    "TestbedsRuntime",
+    "TestbedsService",
+]

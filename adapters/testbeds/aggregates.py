@@ -1,0 +1,77 @@
+"""The testbed, batch job and scheduling aggregates as the decider host runs them."""
+
+from __future__ import annotations
+
+from fleetledger.adapters.runtime import Aggregate, EventCodec
+from fleetledger.domain import batch_job, scheduling, testbed
+from fleetledger.domain.batch_job import JobCommand, JobEvent, JobState
+from fleetledger.domain.scheduling import SchedulingCommand, SchedulingEvent, SchedulingState
+from fleetledger.domain.testbed import TestbedCommand, TestbedEvent, TestbedState
+
+__all__ = ["BATCH_JOB", "SCHEDULING", "TESTBED"]
+
+TESTBED: Aggregate[TestbedState, TestbedCommand, TestbedEvent] = Aggregate(
+    name="testbed",
+    initial_state=testbed.initial_state,
+    evolve=testbed.evolve,
+    decide=testbed.decide,
+    codec=EventCodec(
+        "testbed",
+        (
+            testbed.TestbedDefined,
+            testbed.ClusterObserved,
+            testbed.SlotReserved,
+            testbed.ReservationCleared,
+            testbed.TestbedClaimed,
+            testbed.TestbedReleased,
+        ),
+        correlation_fields=("pod_name", "scheduling", "name"),
+    ),
+    stream_of=testbed.stream_name,
+)
+
+BATCH_JOB: Aggregate[JobState, JobCommand, JobEvent] = Aggregate(
+    name="batch_job",
+    initial_state=batch_job.initial_state,
+    evolve=batch_job.evolve,
+    decide=batch_job.decide,
+    codec=EventCodec(
+        "batch_job",
+        (
+            batch_job.JobDefined,
+            batch_job.JobClaimed,
+            batch_job.ApplicationRequested,
+            batch_job.JobScheduled,
+            batch_job.JobRunning,
+            batch_job.JobCompleted,
+            batch_job.JobFailed,
+            batch_job.JobReleased,
+            batch_job.ApplicationDeleted,
+        ),
+        correlation_fields=("scheduling", "job", "name"),
+    ),
+    stream_of=batch_job.stream_name,
+)
+
+SCHEDULING: Aggregate[SchedulingState, SchedulingCommand, SchedulingEvent] = Aggregate(
+    name="scheduling",
+    initial_state=scheduling.initial_state,
+    evolve=scheduling.evolve,
+    decide=scheduling.decide,
+    codec=EventCodec(
+        "scheduling",
+        (
+            scheduling.SchedulingCreated,
+            scheduling.ClaimsGranted,
+            scheduling.ClaimConflicted,
+            scheduling.HoldingsReleased,
+            scheduling.JobsAssigned,
+            scheduling.SubmissionConfirmed,
+            scheduling.SchedulingCompleted,
+            scheduling.QueueExtended,
+            scheduling.SchedulingReleased,
+        ),
+        correlation_fields=("name",),
+    ),
+    stream_of=scheduling.stream_name,
+)

@@ -1,0 +1,760 @@
+"""The Subnet aggregate: per-node pod-IP pools sized by the settled batch rule (seed 03).
+
+One stream per subnet (``subnet-<id>``); every command names the subnet and touches only its
+stream. The sizing rules live in :mod:`~fleetledger.domain.ipam_sizing` and are re-exported here,
+so this module is the capability's one public surface; the rule and its proof are in that
+module's docstring.
+
+After each fact the aggregate re-plans, in this order, and records each change as an event:
+
+1. the exhaustion flag, fed the subnet's *floor* (every pool at ``B = 1``, buffer 1) so that it
+   depends on demand only (:class:`ExhaustionChanged`);
+2. the batch: 1 while exhausted, else :func:`subnet_batch_size` of the nodes' demands
+   (:class:`BatchSizeChanged`, with the inputs that caused it);
+3. each node's pool: the target ``pool_size(demand, B, buffer)`` (buffer 1 while exhausted) and
+   which held IPs not in use are pending release (:class:`PoolResized`);
+4. what to ask the allocator for: one :class:`IpsRequested` per node short of its target, within
+   what the subnet has left (held and in-flight IPs both count), nodes with the largest
+   shortfall of usable IPs first.
+
+Because the batch and the flag are functions of the demands (the flag with hysteresis), a subnet
+whose demands stay put reaches its plan in one decision and then emits nothing more — allocations
+landing or IPs being released never change the batch.
+
+What the runtime does (reactors): on :class:`IpsRequested`, call the subnet's allocator for
+``count`` IPs and send :class:`RecordAllocation` with the same ``request`` number (fewer IPs than
+asked is fine: the remainder is asked again); on :class:`PoolResized` with ``pending_release``,
+tell the node (its NodeNetworkConfig) to give those IPs back and send :class:`RecordRelease` once
+they are free. Node agents send :class:`ReportDemand` (pods needing an IP, and the IPs in use)
+whenever it changes; node informers send :class:`JoinNodes` / :class:`LeaveNode`. After a restart,
+:func:`outstanding_requests` and :func:`pending_releases` say which calls may not have completed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Literal, TypeAlias
+
+from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.ipam_sizing import (
+    DEFAULT_BUFFER,
+    DEFAULT_LOWER_THRESHOLD,
+    DEFAULT_MAX_IPS,
+    DEFAULT_UPPER_THRESHOLD,
+    DEFAULT_X_NSF,
+    batch_ceiling,
+    batch_size,
+    next_exhausted,
+    plan_release,
+    pool_size,
+    subnet_batch_size,
+    subnet_floor,
+)
+
+__all__ = [
+    "DEFAULT_BUFFER",
+    "DEFAULT_LOWER_THRESHOLD",
+    "DEFAULT_MAX_IPS",
+    "DEFAULT_UPPER_THRESHOLD",
+    "DEFAULT_X_NSF",
+    "BatchSizeChanged",
+    "CreateSubnet",
+    "DemandReported",
+    "Direction",
+    "ExhaustionChanged",
+    "IpamConfig",
+    "IpsAllocated",
+    "IpsReleased",
+    "IpsRequested",
+    "JoinNodes",
+    "LeaveNode",
+    "NodeJoined",
+    "NodeLeft",
+    "NodePool",
+    "PoolResized",
+    "RecordAllocation",
+    "RecordRelease",
+    "ReportDemand",
+    "SubnetCommand",
+    "SubnetCreated",
+    "SubnetEvent",
+    "SubnetState",
+    "allocated",
+    "batch_ceiling",
+    "batch_size",
+    "decide",
+    "evolve",
+    "initial_state",
+    "next_exhausted",
+    "outstanding_requests",
+    "pending_releases",
+    "plan_release",
+    "pool_size",
+    "subnet_batch_size",
+    "subnet_floor",
+    "to_data",
+]
+
+Direction = Literal["rising", "falling", "steady"]
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IpamConfig:
+    """Sizing policy for every subnet. Validated once, here; events never depend on it except
+    through the decisions they record."""
+
+    buffer: float = DEFAULT_BUFFER
+    x_nsf: float = DEFAULT_X_NSF
+    max_ips: int = DEFAULT_MAX_IPS
+    upper: float = DEFAULT_UPPER_THRESHOLD
+    lower: float = DEFAULT_LOWER_THRESHOLD
+
+    def __post_init__(self) -> None:
+        # Each sizing function validates its own inputs with an actionable message.
+        pool_size(0, 1, buffer=self.buffer, max_ips=self.max_ips)
+        batch_ceiling(1, 1, x_nsf=self.x_nsf)
+        next_exhausted(False, 0, 1, upper=self.upper, lower=self.lower)
+
+
+_DEFAULT_CONFIG = IpamConfig()
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreateSubnet:
+    """Start managing a subnet of ``capacity`` assignable pod IPs."""
+
+    subnet_id: str
+    capacity: int
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JoinNodes:
+    """Nodes now take their pod IPs from this subnet (an informer's first list names them all).
+
+    Joined together, they are planned together: nodes joined one by one would each be asked a
+    pool sized for a subnet with fewer nodes, only to release most of it a moment later.
+    """
+
+    subnet_id: str
+    nodes: tuple[str, ...]
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveNode:
+    """A node is gone: every IP it held returns to the subnet."""
+
+    subnet_id: str
+    node: str
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ReportDemand:
+    """A node's agent reports ``demand`` (pods that need an IP, waiting ones included) and the
+    IPs its pods hold (``in_use``, all held by the node)."""
+
+    subnet_id: str
+    node: str
+    demand: int
+    in_use: tuple[str, ...] = ()
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RecordAllocation:
+    """The allocator answered request ``request`` of ``node`` with ``ips`` (maybe fewer than
+    asked, maybe none)."""
+
+    subnet_id: str
+    node: str
+    request: int
+    ips: tuple[str, ...]
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRelease:
+    """``ips`` of ``node`` went back to the subnet."""
+
+    subnet_id: str
+    node: str
+    ips: tuple[str, ...]
+    _: KW_ONLY
+    at: datetime
+
+
+SubnetCommand: TypeAlias = (
+    CreateSubnet | JoinNodes | LeaveNode | ReportDemand | RecordAllocation | RecordRelease
+)
+
+
+# -- events --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SubnetCreated:
+    """The subnet's first event."""
+
+    subnet_id: str
+    capacity: int
+    batch_size: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NodeJoined:
+    subnet_id: str
+    node: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLeft:
+    """The node left; ``released`` are the IPs it held, free again."""
+
+    subnet_id: str
+    node: str
+    released: tuple[str, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DemandReported:
+    subnet_id: str
+    node: str
+    demand: int
+    in_use: tuple[str, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ExhaustionChanged:
+    """The exhaustion flag flipped because the floor crossed a threshold."""
+
+    subnet_id: str
+    exhausted: bool
+    floor: int
+    capacity: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSizeChanged:
+    """The batch changed from ``previous``; the rest are the inputs that decided it.
+
+    ``direction`` is how total demand moved with the fact that triggered the change, named by
+    ``cause`` (e.g. ``"demand node-3"``); ``allocated`` is what the subnet held just before.
+    """
+
+    subnet_id: str
+    batch_size: int
+    previous: int
+    exhausted: bool
+    capacity: int
+    node_count: int
+    total_demand: int
+    floor: int
+    allocated: int
+    direction: Direction
+    cause: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PoolResized:
+    """A node's pool target changed, or which of its IPs are pending release."""
+
+    subnet_id: str
+    node: str
+    requested: int
+    pending_release: tuple[str, ...]
+    batch_size: int
+    buffer: float
+    demand: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class IpsRequested:
+    """Ask the allocator for ``count`` more IPs for ``node``; ``request`` numbers the call."""
+
+    subnet_id: str
+    node: str
+    request: int
+    count: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class IpsAllocated:
+    subnet_id: str
+    node: str
+    request: int
+    ips: tuple[str, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class IpsReleased:
+    subnet_id: str
+    node: str
+    ips: tuple[str, ...]
+    at: datetime
+
+
+SubnetEvent: TypeAlias = (
+    SubnetCreated
+    | NodeJoined
+    | NodeLeft
+    | DemandReported
+    | ExhaustionChanged
+    | BatchSizeChanged
+    | PoolResized
+    | IpsRequested
+    | IpsAllocated
+    | IpsReleased
+)
+
+
+# -- state ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    """One node's pool. ``held`` is in allocation order and includes IPs pending release;
+    ``in_flight`` maps each unanswered allocator request to the count asked."""
+
+    demand: int = 0
+    in_use: tuple[str, ...] = ()
+    held: tuple[str, ...] = ()
+    pending_release: tuple[str, ...] = ()
+    requested: int = 0
+    in_flight: Mapping[int, int] = field(default_factory=dict)
+    requests_made: int = 0
+
+    @property
+    def usable(self) -> int:
+        """Held IPs a new pod could take now."""
+        return len(self.held) - len(self.in_use) - len(self.pending_release)
+
+
+@dataclass(frozen=True, slots=True)
+class SubnetState:
+    """A subnet: its nodes' pools, who holds each IP, the batch and the exhaustion flag."""
+
+    subnet_id: str | None = None
+    capacity: int = 0
+    nodes: Mapping[str, NodePool] = field(default_factory=dict)
+    owners: Mapping[str, str] = field(default_factory=dict)
+    batch_size: int = 1
+    exhausted: bool = False
+
+
+def initial_state() -> SubnetState:
+    """A subnet stream with no events."""
+    return SubnetState()
+
+
+# -- evolve --------------------------------------------------------------------------------------
+
+
+def evolve(state: SubnetState, event: SubnetEvent) -> SubnetState:
+    """Apply one event. Events are facts: nothing here refuses them."""
+    if isinstance(event, SubnetCreated):
+        return SubnetState(event.subnet_id, event.capacity, batch_size=event.batch_size)
+    if isinstance(event, NodeJoined):
+        return replace(state, nodes={**state.nodes, event.node: NodePool()})
+    if isinstance(event, NodeLeft):
+        gone = set(event.released)
+        return replace(
+            state,
+            nodes={n: p for n, p in state.nodes.items() if n != event.node},
+            owners={ip: n for ip, n in state.owners.items() if ip not in gone},
+        )
+    if isinstance(event, ExhaustionChanged):
+        return replace(state, exhausted=event.exhausted)
+    if isinstance(event, BatchSizeChanged):
+        return replace(state, batch_size=event.batch_size)
+    pool = state.nodes[event.node]
+    if isinstance(event, DemandReported):
+        return _with_pool(
+            state, event.node, replace(pool, demand=event.demand, in_use=event.in_use)
+        )
+    if isinstance(event, PoolResized):
+        return _with_pool(
+            state,
+            event.node,
+            replace(pool, requested=event.requested, pending_release=event.pending_release),
+        )
+    if isinstance(event, IpsRequested):
+        return _with_pool(
+            state,
+            event.node,
+            replace(
+                pool,
+                in_flight={**pool.in_flight, event.request: event.count},
+                requests_made=max(pool.requests_made, event.request),
+            ),
+        )
+    if isinstance(event, IpsAllocated):
+        new_pool = replace(
+            pool,
+            held=(*pool.held, *event.ips),
+            in_flight={r: c for r, c in pool.in_flight.items() if r != event.request},
+        )
+        owners = {**state.owners, **dict.fromkeys(event.ips, event.node)}
+        return replace(_with_pool(state, event.node, new_pool), owners=owners)
+    if isinstance(event, IpsReleased):
+        gone = set(event.ips)
+        new_pool = replace(
+            pool,
+            held=tuple(ip for ip in pool.held if ip not in gone),
+            pending_release=tuple(ip for ip in pool.pending_release if ip not in gone),
+        )
+        owners = {ip: n for ip, n in state.owners.items() if ip not in gone}
+        return replace(_with_pool(state, event.node, new_pool), owners=owners)
+    raise TypeError(f"not a subnet event: {event!r}")
+
+
+def _with_pool(state: SubnetState, node: str, pool: NodePool) -> SubnetState:
+    return replace(state, nodes={**state.nodes, node: pool})
+
+
+# -- queries -------------------------------------------------------------------------------------
+
+
+def allocated(state: SubnetState) -> int:
+    """IPs the subnet's nodes hold (pending release included: they are not free yet)."""
+    return len(state.owners)
+
+
+def outstanding_requests(state: SubnetState) -> tuple[tuple[str, int, int], ...]:
+    """Allocator calls asked for and not answered: ``(node, request, count)``, by node."""
+    return tuple(
+        (node, request, count)
+        for node, pool in sorted(state.nodes.items())
+        for request, count in sorted(pool.in_flight.items())
+    )
+
+
+def pending_releases(state: SubnetState) -> Mapping[str, tuple[str, ...]]:
+    """IPs each node should give back, for nodes with any."""
+    return {n: p.pending_release for n, p in sorted(state.nodes.items()) if p.pending_release}
+
+
+def to_data(state: SubnetState) -> dict[str, object]:
+    """The subnet as JSON-ready data, for the API and dumpstate."""
+    return {
+        "subnet_id": state.subnet_id,
+        "capacity": state.capacity,
+        "allocated": allocated(state),
+        "batch_size": state.batch_size,
+        "exhausted": state.exhausted,
+        "nodes": {
+            node: {
+                "demand": pool.demand,
+                "in_use": len(pool.in_use),
+                "held": list(pool.held),
+                "requested": pool.requested,
+                "pending_release": list(pool.pending_release),
+                "in_flight": {str(r): c for r, c in sorted(pool.in_flight.items())},
+            }
+            for node, pool in sorted(state.nodes.items())
+        },
+    }
+
+
+# -- decide --------------------------------------------------------------------------------------
+
+
+def decide(
+    state: SubnetState, command: SubnetCommand, *, config: IpamConfig = _DEFAULT_CONFIG
+) -> list[SubnetEvent]:
+    """Decide what ``command`` means for this subnet: its fact, then the re-plan it causes.
+
+    Raises :class:`Rejected` / :class:`InvalidCommand` with a reason that says what to do.
+    """
+    at = _utc(command.at)
+    if not isinstance(command.subnet_id, str) or not command.subnet_id:
+        raise InvalidCommand("subnet_id must be a non-empty string")
+    if isinstance(command, CreateSubnet):
+        return _decide_create(state, command, config, at)
+    if state.subnet_id is None:
+        raise Rejected(f"subnet {command.subnet_id} does not exist; create it first")
+    if command.subnet_id != state.subnet_id:
+        raise InvalidCommand(
+            f"command for subnet {command.subnet_id} sent to the stream of subnet {state.subnet_id}"
+        )
+    facts: list[SubnetEvent]
+    if isinstance(command, JoinNodes):
+        joined = _decide_join(state, command, at)
+        facts = [*joined]
+        cause = f"join {joined[0].node}" if len(joined) == 1 else f"join {len(joined)} nodes"
+    elif not isinstance(command.node, str) or not command.node:
+        raise InvalidCommand("node must be a non-empty node name")
+    elif isinstance(command, LeaveNode):
+        facts = _decide_leave(state, command, at)
+        cause = f"leave {command.node}"
+    elif isinstance(command, ReportDemand):
+        facts = _decide_demand(state, command, at)
+        cause = f"demand {command.node}"
+    elif isinstance(command, RecordAllocation):
+        facts = _decide_allocation(state, command, at)
+        cause = f"allocation {command.node}"
+    elif isinstance(command, RecordRelease):
+        facts = _decide_release(state, command, at)
+        cause = f"release {command.node}"
+    else:
+        raise InvalidCommand(f"a subnet does not handle {type(command).__name__}")
+    after = state
+    for event in facts:
+        after = evolve(after, event)
+    return [*facts, *_replan(state, after, config, cause, at)]
+
+
+def _utc(at: object) -> datetime:
+    if not isinstance(at, datetime) or at.utcoffset() is None:
+        raise InvalidCommand(f"at must be a timezone-aware UTC datetime, got {at!r}")
+    return at.astimezone(UTC)
+
+
+def _decide_create(
+    state: SubnetState, command: CreateSubnet, config: IpamConfig, at: datetime
+) -> list[SubnetEvent]:
+    if type(command.capacity) is not int or command.capacity < 1:
+        raise InvalidCommand(
+            f"capacity must be the number of assignable IPs (e.g. 1024 for a /22), "
+            f"got {command.capacity!r}"
+        )
+    if state.subnet_id is not None:
+        if (state.subnet_id, state.capacity) == (command.subnet_id, command.capacity):
+            return []
+        raise Rejected(
+            f"subnet {state.subnet_id} already exists with capacity {state.capacity}; "
+            "a subnet's capacity does not change — create a new subnet instead"
+        )
+    first = subnet_batch_size(
+        command.capacity, [], buffer=config.buffer, x_nsf=config.x_nsf, max_ips=config.max_ips
+    )
+    return [SubnetCreated(command.subnet_id, command.capacity, first, at)]
+
+
+def _known(state: SubnetState, node: str, what: str) -> NodePool:
+    pool = state.nodes.get(node)
+    if pool is None:
+        raise Rejected(f"node {node} is not in subnet {state.subnet_id}; join it before {what}")
+    return pool
+
+
+def _check_ips(ips: object) -> tuple[str, ...]:
+    if not isinstance(ips, tuple) or not all(isinstance(ip, str) and ip for ip in ips):
+        raise InvalidCommand("ips must be a tuple of non-empty addresses")
+    if len(set(ips)) != len(ips):
+        raise InvalidCommand("ips lists an address twice")
+    return ips
+
+
+def _decide_join(state: SubnetState, command: JoinNodes, at: datetime) -> list[NodeJoined]:
+    nodes = command.nodes
+    if (
+        not isinstance(nodes, tuple)
+        or not nodes
+        or not all(isinstance(n, str) and n for n in nodes)
+    ):
+        raise InvalidCommand("nodes must be a non-empty tuple of node names")
+    if len(set(nodes)) != len(nodes):
+        raise InvalidCommand("nodes names a node twice")
+    assert state.subnet_id is not None
+    return [NodeJoined(state.subnet_id, n, at) for n in nodes if n not in state.nodes]
+
+
+def _decide_leave(state: SubnetState, command: LeaveNode, at: datetime) -> list[SubnetEvent]:
+    pool = state.nodes.get(command.node)
+    if pool is None:
+        return []  # already gone (or never joined): leaving twice changes nothing
+    assert state.subnet_id is not None
+    return [NodeLeft(state.subnet_id, command.node, pool.held, at)]
+
+
+def _decide_demand(state: SubnetState, command: ReportDemand, at: datetime) -> list[SubnetEvent]:
+    pool = _known(state, command.node, "reporting its demand")
+    in_use = _check_ips(command.in_use)
+    if type(command.demand) is not int or command.demand < len(in_use):
+        raise InvalidCommand(
+            f"demand counts the pods needing an IP, those holding one included: it must be an "
+            f"integer of at least {len(in_use)} (the IPs in use), got {command.demand!r}"
+        )
+    foreign = sorted(set(in_use) - set(pool.held))
+    if foreign:
+        raise Rejected(
+            f"node {command.node} reports IPs it does not hold ({', '.join(foreign[:3])}); "
+            "record their allocation first"
+        )
+    if (pool.demand, set(pool.in_use)) == (command.demand, set(in_use)):
+        return []
+    assert state.subnet_id is not None
+    ordered = tuple(ip for ip in pool.held if ip in set(in_use))
+    return [DemandReported(state.subnet_id, command.node, command.demand, ordered, at)]
+
+
+def _decide_allocation(
+    state: SubnetState, command: RecordAllocation, at: datetime
+) -> list[SubnetEvent]:
+    ips = _check_ips(command.ips)
+    pool = state.nodes.get(command.node)
+    if pool is None:
+        raise Rejected(
+            f"node {command.node} has left subnet {state.subnet_id}; return the IPs of request "
+            f"{command.request} to the allocator"
+        )
+    asked = pool.in_flight.get(command.request)
+    if asked is None:
+        if type(command.request) is int and 1 <= command.request <= pool.requests_made:
+            if all(state.owners.get(ip) == command.node for ip in ips):
+                return []  # the same answer again
+            raise Rejected(
+                f"request {command.request} of node {command.node} was already answered with "
+                "other IPs; return these to the allocator"
+            )
+        raise InvalidCommand(f"node {command.node} has no allocator request {command.request!r}")
+    if len(ips) > asked:
+        raise InvalidCommand(
+            f"request {command.request} of node {command.node} asked for {asked} IPs, "
+            f"the allocator answered {len(ips)}; record at most {asked}"
+        )
+    taken = sorted(ip for ip in ips if ip in state.owners)
+    if taken:
+        raise Rejected(
+            f"IPs {', '.join(taken[:3])} are already held in subnet {state.subnet_id}; "
+            "the allocator handed out an address twice"
+        )
+    if allocated(state) + len(ips) > state.capacity:
+        raise Rejected(
+            f"subnet {state.subnet_id} has {state.capacity - allocated(state)} IPs left and "
+            f"{len(ips)} were recorded; check the subnet's capacity"
+        )
+    assert state.subnet_id is not None
+    return [IpsAllocated(state.subnet_id, command.node, command.request, ips, at)]
+
+
+def _decide_release(state: SubnetState, command: RecordRelease, at: datetime) -> list[SubnetEvent]:
+    ips = _check_ips(command.ips)
+    pool = _known(state, command.node, "releasing its IPs")
+    others = sorted(ip for ip in ips if state.owners.get(ip, command.node) != command.node)
+    if others:
+        raise Rejected(f"IPs {', '.join(others[:3])} are held by another node, not {command.node}")
+    busy = sorted(set(ips) & set(pool.in_use))
+    if busy:
+        raise Rejected(
+            f"IPs {', '.join(busy[:3])} of node {command.node} are in use by pods; "
+            "a node releases only IPs not in use"
+        )
+    held = [ip for ip in ips if ip in state.owners]
+    if not held:
+        return []  # released already
+    assert state.subnet_id is not None
+    return [IpsReleased(state.subnet_id, command.node, tuple(held), at)]
+
+
+# -- re-planning ---------------------------------------------------------------------------------
+
+
+def _replan(
+    before: SubnetState, state: SubnetState, config: IpamConfig, cause: str, at: datetime
+) -> list[SubnetEvent]:
+    assert state.subnet_id is not None
+    subnet = state.subnet_id
+    names = sorted(state.nodes)
+    demands = [state.nodes[n].demand for n in names]
+    floor = subnet_floor(demands, max_ips=config.max_ips)
+    events: list[SubnetEvent] = []
+    exhausted = next_exhausted(
+        state.exhausted, floor, state.capacity, upper=config.upper, lower=config.lower
+    )
+    if exhausted != state.exhausted:
+        events.append(ExhaustionChanged(subnet, exhausted, floor, state.capacity, at))
+    if exhausted:
+        batch, buffer = 1, 1.0
+    else:
+        batch = subnet_batch_size(
+            state.capacity,
+            demands,
+            buffer=config.buffer,
+            x_nsf=config.x_nsf,
+            max_ips=config.max_ips,
+        )
+        buffer = config.buffer
+    if batch != state.batch_size:
+        total, previous_total = sum(demands), sum(p.demand for p in before.nodes.values())
+        direction: Direction = (
+            "rising"
+            if total > previous_total
+            else "falling"
+            if total < previous_total
+            else "steady"
+        )
+        events.append(
+            BatchSizeChanged(
+                subnet,
+                batch,
+                state.batch_size,
+                exhausted,
+                state.capacity,
+                len(names),
+                total,
+                floor,
+                allocated(before),
+                direction,
+                cause,
+                at,
+            )
+        )
+    pools = dict(state.nodes)
+    for name in names:
+        pool = pools[name]
+        target = pool_size(pool.demand, batch, buffer=buffer, max_ips=config.max_ips)
+        pending = plan_release(
+            pool.held, pool.in_use, pool.pending_release, len(pool.held) - target
+        )
+        if (target, pending) != (pool.requested, pool.pending_release):
+            events.append(
+                PoolResized(subnet, name, target, pending, batch, buffer, pool.demand, at)
+            )
+            pools[name] = replace(pool, requested=target, pending_release=pending)
+    events.extend(_requests(subnet, state, pools, at))
+    return events
+
+
+def _requests(
+    subnet: str, state: SubnetState, pools: Mapping[str, NodePool], at: datetime
+) -> list[SubnetEvent]:
+    in_flight = sum(sum(p.in_flight.values()) for p in pools.values())
+    budget = state.capacity - allocated(state) - in_flight
+    # Nodes with pods waiting for an IP first: they are the ones a short subnet should serve.
+    order = sorted(
+        pools, key=lambda n: (pools[n].usable - pools[n].demand + len(pools[n].in_use), n)
+    )
+    events: list[SubnetEvent] = []
+    for name in order:
+        pool = pools[name]
+        want = pool.requested - len(pool.held) - sum(pool.in_flight.values())
+        count = min(want, budget)
+        if count > 0:
+            events.append(IpsRequested(subnet, name, pool.requests_made + 1, count, at))
+            budget -= count
+    return events

@@ -1,0 +1,281 @@
+"""Pod-IP batch sizing for one subnet: the seed's formula, its settled form, pools, exhaustion.
+
+Seed 03 sizes the batch of IPs a node requests from its subnet (capacity ``C``, ``N`` nodes,
+``U`` IPs allocated) as::
+
+    β = ⌊log2(C / (X·N))⌋      λ = log2((C − U) / N)      γ = ⌈β − λ⌉ − du      B = 2^(β − γ)
+
+with ``du = 1`` while utilization falls. Because ``β`` is an integer, ``β − ⌈β − λ⌉ = ⌊λ⌋``: the
+rising branch is "the largest power of two a node could take again from what is left" and the
+falling branch one doubling more. :func:`batch_size` computes exactly that, in exact integer
+arithmetic (no float ``log2`` rounding at the powers of two), clamped to ``[1, 2^β]``.
+
+**The formula does not settle in closed loop.** What a node holds depends on ``B`` (its pool is
+``B·⌈buffer + demand/B⌉``), so ``U`` is an effect of the batch, and feeding the formula its own
+result cycles: ``C = 1024``, 28 nodes each using 20 IPs, buffer 0.5 — ``B = 16`` holds 896 IPs,
+so ``B = 4``; that holds 672 (falling), so ``B = 16`` again, for ever. The seed's claim that the
+falling shift prevents cycles does not survive the feedback.
+
+**The settled rule** (:func:`subnet_batch_size`) keeps the formula's test but applies it to the
+utilization that each candidate batch would itself cause, instead of the utilization the last
+batch caused. For per-node demands ``d_1..d_N`` (IPs in use), let::
+
+    pool(d, b) = min(b·⌈buffer + d/b⌉, max_ips)            what a node holds at batch b
+    A(b)       = Σ pool(d_i, b) + N·b                      those pools plus one more batch each
+
+The formula's rising test ``b ≤ (C − U)/N`` with ``U = Σ pool(d_i, b)`` is ``A(b) ≤ C``. The rule:
+``B`` is the largest power of two ``b`` in ``[1, 2^β]`` with ``A(b) ≤ C``, and 1 if there is none.
+
+*Proof of its properties.*
+
+1. ``A`` never decreases as ``b`` doubles. ``b·⌈buffer + d/b⌉`` is the least multiple of ``b`` that
+   is at least ``d + buffer·b``. The least multiple of ``2b`` that is at least ``d + buffer·2b``
+   is also a multiple of ``b`` and at least ``d + buffer·b`` (buffer ≥ 0), hence not smaller.
+   ``min(·, max_ips)`` and ``N·b`` keep the order. So the set of passing batches is closed
+   downwards: scanning from ``2^β`` down, the first that passes is the largest.
+2. ``A`` never decreases when a demand grows (a ceiling of a growing value, clamped), nor when a
+   node is added (one more non-negative pool, ``N·b`` grows, and ``β`` can only fall).
+3. *Power of two in* ``[1, 2^β]``: by construction (``B = 1`` when ``2^β < 1``).
+4. *Same demands, same batch*: ``B`` is a function of ``(C, demands)`` and the configuration only.
+   Utilization and the previous batch do not enter, so a controller that recomputes it after its
+   own allocations land gets the same answer: no feedback, hence no cycle.
+5. *More demand never gives a larger batch*: by 2, every ``b`` that passes for the larger demands
+   passes for the smaller ones, so the largest passing one cannot grow.
+6. *The allocations fit whenever they fit at* ``B = 1``: if ``B > 1`` then
+   ``Σ pool(d_i, B) = A(B) − N·B ≤ C − N·B < C`` (with room for one more batch per node, the
+   headroom ``X`` intends); if ``B = 1`` the allocations are those at ``B = 1``.
+
+The exhaustion flag (:func:`next_exhausted`) adds hysteresis around a utilization. The Subnet
+aggregate feeds it the *floor*, ``Σ pool(d_i, 1)`` at buffer 1 — what the subnet must hold
+whatever the batch — never the IPs allocated: the allocated count is an effect of the flag
+(exhausted means ``B = 1``), which is exactly the loop the seed describes for 28+ nodes on a /22.
+
+Edges the raw formula leaves open, as defined here:
+
+* **no nodes**: sized as for one node (the batch the first node to join would get);
+* ``used ≥ capacity``: 1 (nothing left to hand out; a node still gets one IP at a time);
+* ``C/(X·N) < 1`` (``β < 0``): 1 — the clamp's lower bound wins over ``2^β``;
+* **non-integer counts**: capacity, nodes, used and demands are counts of addresses and nodes,
+  so anything but an ``int`` (including ``bool`` and whole floats) is refused with
+  :class:`InvalidCommand`; round at the caller. ``x_nsf`` and ``buffer`` are real numbers, used
+  exactly (``Fraction``), so ``2.0`` and ``2`` give the same answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+
+from fleetledger.domain.errors import InvalidCommand
+
+__all__ = [
+    "DEFAULT_BUFFER",
+    "DEFAULT_LOWER_THRESHOLD",
+    "DEFAULT_MAX_IPS",
+    "DEFAULT_UPPER_THRESHOLD",
+    "DEFAULT_X_NSF",
+    "batch_ceiling",
+    "batch_size",
+    "next_exhausted",
+    "plan_release",
+    "pool_size",
+    "subnet_batch_size",
+    "subnet_floor",
+]
+
+DEFAULT_X_NSF = 2.0
+DEFAULT_BUFFER = 0.5
+DEFAULT_MAX_IPS = 250
+DEFAULT_UPPER_THRESHOLD = 0.9
+DEFAULT_LOWER_THRESHOLD = 0.5
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+def _count(name: str, value: object, *, minimum: int) -> int:
+    if type(value) is not int:
+        raise InvalidCommand(
+            f"{name} is a count and must be an integer, got {value!r}; round it before asking"
+        )
+    if value < minimum:
+        raise InvalidCommand(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _real(name: str, value: object, *, minimum: float, hint: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidCommand(f"{name} must be a finite number ({hint}), got {value!r}")
+    if value < minimum:
+        raise InvalidCommand(f"{name} must be at least {minimum:g} ({hint}), got {value!r}")
+    return _exact(value)
+
+
+@functools.lru_cache(maxsize=64)
+def _exact(value: float) -> Fraction:
+    # The same few settings are converted on every decision; a float's exact Fraction is slow.
+    return Fraction(value)
+
+
+def _x_nsf(value: object) -> Fraction:
+    return _real("x_nsf", value, minimum=1.0, hint="the node safety factor, 2 by default")
+
+
+def _buffer(value: object) -> Fraction:
+    return _real("buffer", value, minimum=0.0, hint="the request threshold, 0.5 by default")
+
+
+# -- exact powers of two -------------------------------------------------------------------------
+
+
+def _floor_log2(x: Fraction) -> int:
+    """``⌊log2 x⌋`` for ``x > 0``, exactly."""
+    # 2^(a-1) <= numerator < 2^a and 2^(b-1) <= denominator < 2^b, so x lies in
+    # (2^(a-b-1), 2^(a-b+1)) and its floor log2 is a-b or a-b-1.
+    k = x.numerator.bit_length() - x.denominator.bit_length()
+    return k if Fraction(2) ** k <= x else k - 1
+
+
+def _beta(capacity: int, nodes: int, x_nsf: Fraction) -> int:
+    return _floor_log2(Fraction(capacity) / (x_nsf * max(nodes, 1)))
+
+
+def batch_ceiling(capacity: int, nodes: int, *, x_nsf: float = DEFAULT_X_NSF) -> int:
+    """``2^β`` clamped to at least 1: the largest batch any rule may give ``nodes`` nodes."""
+    _count("capacity", capacity, minimum=1)
+    _count("nodes", nodes, minimum=0)
+    return 1 << max(_beta(capacity, nodes, _x_nsf(x_nsf)), 0)
+
+
+# -- the seed's formula --------------------------------------------------------------------------
+
+
+def batch_size(
+    capacity: int, nodes: int, used: int, *, falling: bool, x_nsf: float = DEFAULT_X_NSF
+) -> int:
+    """The seed's batch ``2^(β−γ)`` for ``used`` of ``capacity`` IPs over ``nodes`` nodes.
+
+    ``falling`` is ``du``: utilization fell since the last evaluation. The result is clamped to
+    ``[1, 2^β]``; the edges are defined in the module docstring. Open loop only: fed its own
+    allocations it cycles — use :func:`subnet_batch_size` to decide.
+    """
+    _count("capacity", capacity, minimum=1)
+    _count("nodes", nodes, minimum=0)
+    _count("used", used, minimum=0)
+    beta = _beta(capacity, nodes, _x_nsf(x_nsf))
+    free = capacity - used
+    if beta < 0 or free <= 0:
+        return 1
+    # β − ⌈β − λ⌉ = ⌊λ⌋ because β is an integer; du shifts one power up.
+    k = _floor_log2(Fraction(free, max(nodes, 1))) + (1 if falling else 0)
+    return 1 << max(min(k, beta), 0)
+
+
+# -- pools ---------------------------------------------------------------------------------------
+
+
+def pool_size(
+    demand: int,
+    batch: int,
+    *,
+    buffer: float = DEFAULT_BUFFER,
+    max_ips: int = DEFAULT_MAX_IPS,
+) -> int:
+    """IPs a node using ``demand`` should hold: ``batch·⌈buffer + demand/batch⌉``, at most
+    ``max_ips``. An exhausted subnet asks with ``batch=1, buffer=1``."""
+    _count("demand", demand, minimum=0)
+    _count("batch", batch, minimum=1)
+    _count("max_ips", max_ips, minimum=1)
+    return _pool(demand, batch, _buffer(buffer), max_ips)
+
+
+def _pool(demand: int, batch: int, buffer: Fraction, max_ips: int) -> int:
+    # ⌈p/q + d/b⌉ in integers: ceil((p·b + d·q) / (q·b)). This runs for every node on every
+    # decision, and Fraction arithmetic would dominate a subnet's decide.
+    p, q = buffer.numerator, buffer.denominator
+    return min(batch * -(-(p * batch + demand * q) // (q * batch)), max_ips)
+
+
+def subnet_floor(demands: Iterable[int], *, max_ips: int = DEFAULT_MAX_IPS) -> int:
+    """IPs the subnet must hold whatever the batch: every pool at ``B = 1``, buffer 1."""
+    _count("max_ips", max_ips, minimum=1)
+    return sum(_pool(_count("demand", d, minimum=0), 1, Fraction(1), max_ips) for d in demands)
+
+
+def plan_release(
+    held: Sequence[str], in_use: Iterable[str], pending: Sequence[str], surplus: int
+) -> tuple[str, ...]:
+    """Which of the ``held`` IPs (in allocation order) should be pending release for ``surplus``.
+
+    Only IPs not in use can go. IPs already pending stay pending first (a release in progress is
+    not reshuffled), then the most recently allocated free ones are added; when the surplus
+    shrinks the most recently marked are kept back. The result is in ``held`` order.
+    """
+    if surplus <= 0:
+        return ()
+    busy = set(in_use)
+    marked = set(pending)
+    releasable = [ip for ip in held if ip not in busy]
+    already = [ip for ip in releasable if ip in marked]
+    fresh = [ip for ip in reversed(releasable) if ip not in marked]
+    chosen = set((already + fresh)[:surplus])
+    return tuple(ip for ip in held if ip in chosen)
+
+
+# -- the settled rule ----------------------------------------------------------------------------
+
+
+def subnet_batch_size(
+    capacity: int,
+    demands: Sequence[int],
+    *,
+    buffer: float = DEFAULT_BUFFER,
+    x_nsf: float = DEFAULT_X_NSF,
+    max_ips: int = DEFAULT_MAX_IPS,
+) -> int:
+    """The largest power of two ``b ≤ 2^β`` whose own pools leave one more batch per node free:
+    ``Σ pool(d_i, b) + N·b ≤ capacity``; 1 if none does. ``demands`` are per-node IPs in use.
+
+    Settles by construction (a function of the demands alone); see the module docstring for the
+    rule's proof.
+    """
+    _count("capacity", capacity, minimum=1)
+    _count("max_ips", max_ips, minimum=1)
+    fraction_buffer = _buffer(buffer)
+    counts = [_count("demand", d, minimum=0) for d in demands]
+    beta = _beta(capacity, len(counts), _x_nsf(x_nsf))
+    for k in range(beta, 0, -1):
+        b = 1 << k
+        held = sum(_pool(d, b, fraction_buffer, max_ips) for d in counts)
+        if held + len(counts) * b <= capacity:
+            return b
+    return 1
+
+
+# -- exhaustion ----------------------------------------------------------------------------------
+
+
+def next_exhausted(
+    exhausted: bool,
+    used: int,
+    capacity: int,
+    *,
+    upper: float = DEFAULT_UPPER_THRESHOLD,
+    lower: float = DEFAULT_LOWER_THRESHOLD,
+) -> bool:
+    """The exhaustion flag after seeing ``used`` of ``capacity``: set above ``upper``, cleared
+    below ``lower``, unchanged in between."""
+    _count("used", used, minimum=0)
+    _count("capacity", capacity, minimum=1)
+    high = _real("upper", upper, minimum=0.0, hint="a fraction of the subnet, e.g. 0.9")
+    low = _real("lower", lower, minimum=0.0, hint="a fraction of the subnet, e.g. 0.5")
+    if not low <= high <= 1:
+        raise InvalidCommand(
+            f"thresholds must satisfy 0 <= lower <= upper <= 1, got lower {lower}, upper {upper}"
+        )
+    utilization = Fraction(used, capacity)
+    if not exhausted:
+        return utilization > high
+    return not utilization < low

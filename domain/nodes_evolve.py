@@ -1,0 +1,303 @@
+"""Evolve for node accounting: apply one recorded fact to a node's state.
+
+Events are facts already decided, so nothing here refuses one; each amount saturates at zero so
+that even a log written under other rules loads. A fact about a pod the node no longer holds
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fleetledger.domain.nodes_model import (
+    ComputeUnitViolated,
+    ControllerRestarted,
+    MigrationStarted,
+    NodeCapacityChanged,
+    NodeConfigChanged,
+    NodeEvent,
+    NodeJoined,
+    NodeLeft,
+    NodeState,
+    OtherPod,
+    OtherPodReserved,
+    PodDeleted,
+    PodResource,
+    ResourcesGranted,
+    ResourceState,
+    VmPod,
+    VmPodReserved,
+)
+from fleetledger.domain.nodes_queries import other_reserved
+
+__all__ = ["evolve"]
+
+
+def _sat(value: int) -> int:
+    return value if value > 0 else 0
+
+
+def evolve(state: NodeState, event: NodeEvent) -> NodeState:
+    """Apply one event. Events are facts: nothing here refuses them, and every amount saturates."""
+    if type(event) is ResourcesGranted:
+        return _apply_granted(state, event)
+    if type(event) is ComputeUnitViolated:
+        return state
+    if type(event) is VmPodReserved:
+        return _apply_vm_reserved(state, event)
+    if type(event) is OtherPodReserved:
+        return _apply_other_reserved(state, event)
+    if type(event) is PodDeleted:
+        return _apply_deleted(state, event)
+    if type(event) is MigrationStarted:
+        return _apply_migration(state, event)
+    if type(event) is NodeConfigChanged:
+        return _apply_config(state, event)
+    if type(event) is NodeCapacityChanged:
+        return _apply_capacity(state, event)
+    if type(event) is ControllerRestarted:
+        return _apply_restarted(state, event)
+    if type(event) is NodeJoined:
+        return _apply_joined(state, event)
+    if type(event) is NodeLeft:
+        return NodeState(name=state.name, incarnation=state.incarnation)
+    raise TypeError(f"not a node event: {event!r}")
+
+
+def _apply_joined(state: NodeState, event: NodeJoined) -> NodeState:
+    config = event.config
+    return NodeState(
+        name=event.node,
+        present=True,
+        config=config,
+        cpu=ResourceState(event.cpu_total_milli, config.cpu_system_milli, config.cpu_watermark),
+        memory=ResourceState(
+            event.memory_total_slots, config.memory_system_slots, config.memory_watermark
+        ),
+        gpu_total=event.gpu_total,
+        incarnation=state.incarnation,
+    )
+
+
+def _apply_capacity(state: NodeState, event: NodeCapacityChanged) -> NodeState:
+    return replace(
+        state,
+        cpu=replace(state.cpu, total=event.cpu_total_milli),
+        memory=replace(state.memory, total=event.memory_total_slots),
+        gpu_total=event.gpu_total,
+    )
+
+
+def _apply_config(state: NodeState, event: NodeConfigChanged) -> NodeState:
+    config = event.config
+    return replace(
+        state,
+        config=config,
+        cpu=replace(
+            state.cpu, system=config.cpu_system_milli, watermark_fraction=config.cpu_watermark
+        ),
+        memory=replace(
+            state.memory,
+            system=config.memory_system_slots,
+            watermark_fraction=config.memory_watermark,
+        ),
+    )
+
+
+def _apply_vm_reserved(state: NodeState, event: VmPodReserved) -> NodeState:
+    pod = VmPod(
+        event.pod,
+        PodResource(event.cpu.min, event.cpu.use, event.cpu.max, event.cpu_reserved),
+        PodResource(event.memory.min, event.memory.use, event.memory.max, event.memory_reserved),
+        event.gpu,
+    )
+    return replace(
+        state,
+        vm_pods={**state.vm_pods, event.pod: pod},
+        cpu=replace(state.cpu, reserved=state.cpu.reserved + event.cpu_reserved),
+        memory=replace(state.memory, reserved=state.memory.reserved + event.memory_reserved),
+        gpu_reserved=state.gpu_reserved + event.gpu,
+    )
+
+
+def _apply_other_reserved(state: NodeState, event: OtherPodReserved) -> NodeState:
+    pod = OtherPod(event.pod, event.raw_cpu_milli, event.raw_memory_bytes, event.gpu)
+    grown = replace(
+        state,
+        other_pods={**state.other_pods, event.pod: pod},
+        other_raw_cpu_milli=state.other_raw_cpu_milli + event.raw_cpu_milli,
+        other_raw_memory_bytes=state.other_raw_memory_bytes + event.raw_memory_bytes,
+        gpu_reserved=state.gpu_reserved + event.gpu,
+    )
+    return _with_other_rounding(state, grown)
+
+
+def _with_other_rounding(before: NodeState, after: NodeState) -> NodeState:
+    # Only the rounded sums count toward reserved, so a pod changes reserved by the difference
+    # its raw amounts make to the rounded totals (possibly nothing).
+    cpu_before, memory_before = other_reserved(before)
+    cpu_after, memory_after = other_reserved(after)
+    return replace(
+        after,
+        cpu=replace(after.cpu, reserved=_sat(after.cpu.reserved + cpu_after - cpu_before)),
+        memory=replace(
+            after.memory, reserved=_sat(after.memory.reserved + memory_after - memory_before)
+        ),
+    )
+
+
+def _apply_deleted(state: NodeState, event: PodDeleted) -> NodeState:
+    other = state.other_pods.get(event.pod)
+    if other is not None:
+        shrunk = replace(
+            state,
+            other_pods={k: v for k, v in state.other_pods.items() if k != event.pod},
+            other_raw_cpu_milli=_sat(state.other_raw_cpu_milli - other.raw_cpu_milli),
+            other_raw_memory_bytes=_sat(state.other_raw_memory_bytes - other.raw_memory_bytes),
+            gpu_reserved=_sat(state.gpu_reserved - other.gpu),
+        )
+        return _with_other_rounding(state, shrunk)
+    pod = state.vm_pods.get(event.pod)
+    if pod is None:
+        return state
+    return replace(
+        state,
+        vm_pods={k: v for k, v in state.vm_pods.items() if k != event.pod},
+        cpu=_release(state.cpu, pod.cpu, pod.cpu_accounted if pod.migrating else 0),
+        memory=_release(state.memory, pod.memory, pod.memory_accounted if pod.migrating else 0),
+        gpu_reserved=_sat(state.gpu_reserved - pod.gpu),
+    )
+
+
+def _release(node: ResourceState, pod: PodResource, accounted: int) -> ResourceState:
+    return replace(
+        node,
+        reserved=_sat(node.reserved - pod.reserved),
+        buffer=_sat(node.buffer - pod.buffer),
+        capacity_pressure=_sat(node.capacity_pressure - pod.capacity_pressure),
+        pressure_accounted_for=_sat(node.pressure_accounted_for - accounted),
+    )
+
+
+def _apply_granted(state: NodeState, event: ResourcesGranted) -> NodeState:
+    # The hot path of the agent protocol: built field by field, not with ``replace``, which
+    # costs several times more per call and runs once per request (and once more per replay).
+    pod = state.vm_pods.get(event.pod)
+    if pod is None:
+        return state
+    cpu_node, cpu_pod = _regrant(state.cpu, pod.cpu, event.cpu_milli, event.cpu_pressure)
+    memory_node, memory_pod = _regrant(
+        state.memory, pod.memory, event.memory_slots, event.memory_pressure
+    )
+    granted = VmPod(
+        pod.name,
+        cpu_pod,
+        memory_pod,
+        pod.gpu,
+        event.compute_unit,
+        pod.migrating,
+        pod.cpu_accounted,
+        pod.memory_accounted,
+        event.load if event.load is not None else pod.load,
+    )
+    pods = dict(state.vm_pods)
+    pods[event.pod] = granted
+    return NodeState(
+        state.name,
+        state.present,
+        state.config,
+        cpu_node,
+        memory_node,
+        state.gpu_total,
+        state.gpu_reserved,
+        pods,
+        state.other_pods,
+        state.other_raw_cpu_milli,
+        state.other_raw_memory_bytes,
+        state.incarnation,
+    )
+
+
+def _regrant(
+    node: ResourceState, pod: PodResource, permit: int, pressure: int
+) -> tuple[ResourceState, PodResource]:
+    # The agent uses at most its permit, and its message told us its real use: the buffer goes.
+    new_node = ResourceState(
+        node.total,
+        node.system,
+        node.watermark_fraction,
+        _sat(node.reserved - pod.reserved + permit),
+        _sat(node.buffer - pod.buffer),
+        _sat(node.capacity_pressure - pod.capacity_pressure + pressure),
+        node.pressure_accounted_for,
+    )
+    return new_node, PodResource(pod.min, permit, pod.max, permit, 0, pressure)
+
+
+def _apply_migration(state: NodeState, event: MigrationStarted) -> NodeState:
+    pod = state.vm_pods.get(event.pod)
+    if pod is None:
+        return state
+    moving = replace(
+        pod,
+        migrating=True,
+        cpu_accounted=event.cpu_accounted,
+        memory_accounted=event.memory_accounted,
+    )
+    cpu, memory = state.cpu, state.memory
+    return replace(
+        state,
+        vm_pods={**state.vm_pods, event.pod: moving},
+        cpu=replace(cpu, pressure_accounted_for=cpu.pressure_accounted_for + event.cpu_accounted),
+        memory=replace(
+            memory,
+            pressure_accounted_for=memory.pressure_accounted_for + event.memory_accounted,
+        ),
+    )
+
+
+def _apply_restarted(state: NodeState, event: ControllerRestarted) -> NodeState:
+    pods = dict(state.vm_pods)
+    cpu, memory, gpu = state.cpu, state.memory, state.gpu_reserved
+    for bound in event.bounds:
+        old = pods.get(bound.pod)
+        new_cpu = PodResource(
+            bound.cpu.min, bound.cpu.use, bound.cpu.max, bound.cpu_reserved, bound.cpu_buffer
+        )
+        new_memory = PodResource(
+            bound.memory.min,
+            bound.memory.use,
+            bound.memory.max,
+            bound.memory_reserved,
+            bound.memory_buffer,
+        )
+        if old is None:
+            pods[bound.pod] = VmPod(bound.pod, new_cpu, new_memory, bound.gpu)
+            gpu += bound.gpu
+            cpu = _rebound(cpu, None, new_cpu)
+            memory = _rebound(memory, None, new_memory)
+            continue
+        # Capacity pressure is a request still wanted: it survives the restart.
+        new_cpu = replace(new_cpu, capacity_pressure=old.cpu.capacity_pressure)
+        new_memory = replace(new_memory, capacity_pressure=old.memory.capacity_pressure)
+        pods[bound.pod] = replace(old, cpu=new_cpu, memory=new_memory)
+        cpu = _rebound(cpu, old.cpu, new_cpu)
+        memory = _rebound(memory, old.memory, new_memory)
+    return replace(
+        state,
+        vm_pods=pods,
+        cpu=cpu,
+        memory=memory,
+        gpu_reserved=gpu,
+        incarnation=event.incarnation,
+    )
+
+
+def _rebound(node: ResourceState, old: PodResource | None, new: PodResource) -> ResourceState:
+    old_reserved = old.reserved if old is not None else 0
+    old_buffer = old.buffer if old is not None else 0
+    return replace(
+        node,
+        reserved=_sat(node.reserved - old_reserved + new.reserved),
+        buffer=_sat(node.buffer - old_buffer + new.buffer),
+    )

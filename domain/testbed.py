@@ -1,0 +1,631 @@
+"""A testbed of slots on labelled nodes, one stream per testbed (``testbed-<name>``).
+
+A testbed puts ``slots_per_node`` slots of one resource size on every node that carries its node
+label (seed 05, "Slot Operator"). Each slot is held by a *ghost pod* that requests the slot's
+resources, so the capacity stays reserved while no job uses it; a job's pod takes a slot by
+preempting its ghost pod (see :mod:`fleetledger.domain.slots_extender`).
+
+Slot ids number the slots round-robin across nodes: sort by position on node, then by node (label
+value, then name), so consecutive ids spread over the nodes. Two nodes of two slots give
+``0 → (n1, 0)``, ``1 → (n2, 0)``, ``2 → (n1, 1)``, ``3 → (n2, 1)``.
+
+Slot states (:func:`slots`)::
+
+    creating   its ghost pod is not observed yet (the reconciler creates it)
+    free       one ghost pod holds it and no pod has reserved it
+    reserved   a named pod reserved it (the extender's choice) and is not bound yet
+    occupied   the reserving pod runs on the slot's node
+    error      conflicting pods: two ghost pods, or the reserving pod bound to another node
+
+``creating`` is not one of the original's states: a slot whose ghost pod is missing is neither free
+(nothing holds its resources) nor in error (the reconciler is about to create it).
+
+What the cluster looks like is a fact recorded with :class:`ClusterObserved`; the reconciler's work
+is then the pure diff :func:`reconcile` of desired against observed ghost pods. Reservations are
+events (:class:`SlotReserved`) appended with the stream's expected version, so two pods can never
+reserve one slot. A scheduling holds the whole testbed while it runs (:class:`TestbedClaimed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Literal, TypeAlias
+
+from fleetledger.domain.errors import InvalidCommand, Rejected
+
+__all__ = [
+    "ClaimTestbed",
+    "ClusterObserved",
+    "DefineTestbed",
+    "GhostPod",
+    "ObserveCluster",
+    "ObservedNode",
+    "ObservedPod",
+    "OverallState",
+    "ReconcilePlan",
+    "ReleaseTestbed",
+    "ReservationCleared",
+    "ReserveSlot",
+    "SLOT_IDS_ANNOTATION",
+    "Slot",
+    "SlotReserved",
+    "SlotStatus",
+    "TESTBED_ANNOTATION",
+    "TestbedClaimed",
+    "TestbedCommand",
+    "TestbedDefined",
+    "TestbedEvent",
+    "TestbedReleased",
+    "TestbedState",
+    "decide",
+    "evolve",
+    "free_slot_ids",
+    "ghost_pod_name",
+    "initial_state",
+    "nodes_of",
+    "overall_state",
+    "reconcile",
+    "reservation_of",
+    "slots",
+    "stream_name",
+]
+
+SlotStatus = Literal["creating", "free", "reserved", "occupied", "error"]
+OverallState = Literal["running", "success", "in_progress", "error"]
+
+# The annotations a job's pods carry so the extender can place them (seed 05, "Slot IDs"): the
+# testbed's name and the comma-separated slot ids of the whole application.
+TESTBED_ANNOTATION = "fleetledger.io/testbed"
+SLOT_IDS_ANNOTATION = "fleetledger.io/slot-ids"
+
+
+def stream_name(testbed: str) -> str:
+    """The testbed's stream."""
+    return f"testbed-{testbed}"
+
+
+# -- observations --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedNode:
+    """A node carrying the testbed's label; ``label_value`` orders the nodes, and the allocatable
+    resources tell whether the node has room for its slots."""
+
+    name: str
+    label_value: str
+    cpu_millis: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedPod:
+    """A pod of the testbed as the cluster shows it.
+
+    Ghost pods carry their ``position_on_node`` and resources; a job's pod is known by name and is
+    attributed to a slot through its reservation. ``node`` is ``None`` while the pod is unbound.
+    """
+
+    name: str
+    uid: str
+    node: str | None
+    ghost: bool
+    position_on_node: int | None = None
+    cpu_millis: int = 0
+    memory_mib: int = 0
+    terminating: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GhostPod:
+    """A ghost pod the reconciler must create: it requests one slot's resources on its node."""
+
+    name: str
+    node: str
+    position_on_node: int
+    slot_id: int
+    cpu_millis: int
+    memory_mib: int
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DefineTestbed:
+    """Create or resize the testbed. Resizing is allowed; the reconciler replaces the ghosts."""
+
+    name: str
+    node_label: str
+    slots_per_node: int
+    cpu_millis: int
+    memory_mib: int
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveCluster:
+    """What the cluster shows now: the labelled nodes and the testbed's pods."""
+
+    nodes: tuple[ObservedNode, ...]
+    pods: tuple[ObservedPod, ...]
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveSlot:
+    """Reserve, for the pod, the first free slot (by id) among ``slot_ids`` on a candidate node.
+
+    ``candidate_nodes`` ``None`` means any node. A pod that already holds a reservation keeps it
+    (the command decides nothing). Sent by the extender (:mod:`~.slots_extender`).
+    """
+
+    pod_name: str
+    pod_uid: str
+    slot_ids: tuple[int, ...]
+    candidate_nodes: tuple[str, ...] | None = None
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimTestbed:
+    """A scheduling takes the testbed (appended atomically with its job claims)."""
+
+    scheduling: str
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseTestbed:
+    """A scheduling gives the testbed back; a no-op if it does not hold it."""
+
+    scheduling: str
+    _: KW_ONLY
+    at: datetime
+
+
+TestbedCommand: TypeAlias = (
+    DefineTestbed | ObserveCluster | ReserveSlot | ClaimTestbed | ReleaseTestbed
+)
+
+
+# -- events --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TestbedDefined:
+    """The testbed's shape (first event, and again on every resize)."""
+
+    name: str
+    node_label: str
+    slots_per_node: int
+    cpu_millis: int
+    memory_mib: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterObserved:
+    """The cluster changed: the labelled nodes and the testbed's pods now are these."""
+
+    nodes: tuple[ObservedNode, ...]
+    pods: tuple[ObservedPod, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SlotReserved:
+    """The slot is reserved for the pod; the ghost pod (if still there) is its victim."""
+
+    slot_id: int
+    node: str
+    position_on_node: int
+    pod_name: str
+    pod_uid: str
+    ghost_pod: str | None
+    ghost_uid: str | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationCleared:
+    """The reservation ended: its pod is gone, or its node left the testbed."""
+
+    slot_id: int
+    node: str
+    position_on_node: int
+    pod_name: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TestbedClaimed:
+    """A scheduling holds the testbed."""
+
+    scheduling: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TestbedReleased:
+    """The scheduling no longer holds the testbed."""
+
+    scheduling: str
+    at: datetime
+
+
+TestbedEvent: TypeAlias = (
+    TestbedDefined
+    | ClusterObserved
+    | SlotReserved
+    | ReservationCleared
+    | TestbedClaimed
+    | TestbedReleased
+)
+
+
+# -- state ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TestbedState:
+    """One testbed. Reservations are keyed by (node, position): slot ids renumber when nodes
+    come and go, the place of a slot does not."""
+
+    defined: TestbedDefined | None = None
+    nodes: tuple[ObservedNode, ...] = ()
+    pods: tuple[ObservedPod, ...] = ()
+    observed_at: datetime | None = None
+    reservations: Mapping[tuple[str, int], SlotReserved] = field(default_factory=dict)
+    holder: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One slot and what holds it."""
+
+    slot_id: int
+    node: str
+    position_on_node: int
+    status: SlotStatus
+    ghost_pod: ObservedPod | None
+    reserved_for: str | None
+    """The name of the pod the slot is reserved for (reserved or occupied)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcilePlan:
+    """What the reconciler must do to make observed ghost pods match the desired ones."""
+
+    create: tuple[GhostPod, ...]
+    delete: tuple[str, ...]
+    """Names of pods to delete."""
+    problems: tuple[str, ...]
+    """What the reconciler cannot fix by itself, for an operator to read."""
+
+
+def initial_state() -> TestbedState:
+    """A testbed stream with no events."""
+    return TestbedState()
+
+
+def evolve(state: TestbedState, event: TestbedEvent) -> TestbedState:
+    """Apply one event. Events are facts: nothing here refuses them."""
+    if isinstance(event, TestbedDefined):
+        return replace(state, defined=event)
+    if isinstance(event, ClusterObserved):
+        return replace(state, nodes=event.nodes, pods=event.pods, observed_at=event.at)
+    if isinstance(event, SlotReserved):
+        key = (event.node, event.position_on_node)
+        return replace(state, reservations={**state.reservations, key: event})
+    if isinstance(event, ReservationCleared):
+        key = (event.node, event.position_on_node)
+        kept = {k: v for k, v in state.reservations.items() if k != key}
+        return replace(state, reservations=kept)
+    if isinstance(event, TestbedClaimed):
+        return replace(state, holder=event.scheduling)
+    if isinstance(event, TestbedReleased):
+        return replace(state, holder=None)
+    raise TypeError(f"not a testbed event: {event!r}")
+
+
+# -- queries -------------------------------------------------------------------------------------
+
+
+def _ordered_nodes(state: TestbedState) -> list[ObservedNode]:
+    return sorted(state.nodes, key=lambda n: (n.label_value, n.name))
+
+
+def _places(state: TestbedState) -> list[tuple[int, ObservedNode, int]]:
+    """(slot id, node, position) of every desired slot, numbered round-robin."""
+    if state.defined is None:
+        return []
+    nodes = _ordered_nodes(state)
+    order = [(pos, node) for pos in range(state.defined.slots_per_node) for node in nodes]
+    return [(slot_id, node, pos) for slot_id, (pos, node) in enumerate(order)]
+
+
+def ghost_pod_name(testbed: str, node: str, position_on_node: int, cpu: int, memory: int) -> str:
+    """The ghost pod's name. It carries the size so a resize never reuses a name still held by a
+    terminating pod of the old size."""
+    return f"{testbed}-ghost-{node}-{position_on_node}-{cpu}m-{memory}mi"
+
+
+def _is_desired_ghost(pod: ObservedPod, defined: TestbedDefined, node: str, pos: int) -> bool:
+    # Seed 05: an observed ghost equals a desired one when node, size and position on node match.
+    return (
+        pod.ghost
+        and not pod.terminating
+        and pod.node == node
+        and pod.position_on_node == pos
+        and pod.cpu_millis == defined.cpu_millis
+        and pod.memory_mib == defined.memory_mib
+    )
+
+
+def slots(state: TestbedState) -> tuple[Slot, ...]:
+    """Every desired slot by id, with its state (see the module docstring)."""
+    defined = state.defined
+    if defined is None:
+        return ()
+    pods_by_name = {p.name: p for p in state.pods}
+    result: list[Slot] = []
+    for slot_id, node, pos in _places(state):
+        ghosts = sorted(
+            (p for p in state.pods if _is_desired_ghost(p, defined, node.name, pos)),
+            key=lambda p: p.name,
+        )
+        reservation = state.reservations.get((node.name, pos))
+        status: SlotStatus
+        if len(ghosts) > 1:
+            status = "error"
+        elif reservation is not None:
+            pod = pods_by_name.get(reservation.pod_name)
+            status = _reserved_status(None if pod is None else pod.node, node.name)
+        else:
+            status = "free" if ghosts else "creating"
+        result.append(
+            Slot(
+                slot_id,
+                node.name,
+                pos,
+                status,
+                ghosts[0] if ghosts else None,
+                None if reservation is None else reservation.pod_name,
+            )
+        )
+    return tuple(result)
+
+
+def _reserved_status(bound: str | None, node: str) -> SlotStatus:
+    if bound is None:
+        return "reserved"
+    return "occupied" if bound == node else "error"
+
+
+def free_slot_ids(state: TestbedState) -> tuple[int, ...]:
+    """The ids of the free slots, ascending: what a scheduling can hand out."""
+    return tuple(s.slot_id for s in slots(state) if s.status == "free")
+
+
+def nodes_of(state: TestbedState, slot_ids: Iterable[int]) -> tuple[str, ...]:
+    """The nodes the given slots are on, sorted: a job's pods' node affinity."""
+    wanted = set(slot_ids)
+    return tuple(sorted({s.node for s in slots(state) if s.slot_id in wanted}))
+
+
+def reservation_of(state: TestbedState, pod_name: str) -> Slot | None:
+    """The slot reserved for (or occupied by) the named pod, if any."""
+    for slot in slots(state):
+        if slot.reserved_for == pod_name:
+            return slot
+    return None
+
+
+def _node_problems(state: TestbedState) -> list[str]:
+    defined = state.defined
+    if defined is None:
+        return []
+    need_cpu = defined.slots_per_node * defined.cpu_millis
+    need_memory = defined.slots_per_node * defined.memory_mib
+    return [
+        f"node {n.name} has {n.cpu_millis}m CPU and {n.memory_mib}Mi memory allocatable but its "
+        f"{defined.slots_per_node} slots need {need_cpu}m and {need_memory}Mi; "
+        "lower slots_per_node or the slot size, or remove the node's label"
+        for n in _ordered_nodes(state)
+        if n.cpu_millis < need_cpu or n.memory_mib < need_memory
+    ]
+
+
+def reconcile(state: TestbedState) -> ReconcilePlan:
+    """The diff of desired against observed ghost pods.
+
+    * a slot with no reservation and no ghost pod gets one created;
+    * a ghost pod that matches no desired slot (its node left, the size or slot count changed),
+      a second ghost pod of one slot, and the ghost pod of an occupied slot (its preemption is
+      done) are deleted; terminating pods are already going and are left alone;
+    * nodes without room for their slots and slots in error are reported as problems.
+    """
+    defined = state.defined
+    if defined is None:
+        return ReconcilePlan((), (), ())
+    keep: set[str] = set()
+    create: list[GhostPod] = []
+    problems = _node_problems(state)
+    for slot in slots(state):
+        if slot.status == "error":
+            problems.append(
+                f"slot {slot.slot_id} on node {slot.node} holds conflicting pods"
+                + (f" (reserved for {slot.reserved_for})" if slot.reserved_for else "")
+            )
+        if slot.ghost_pod is not None and slot.status != "occupied":
+            keep.add(slot.ghost_pod.name)
+        if slot.status == "creating":
+            create.append(
+                GhostPod(
+                    ghost_pod_name(
+                        defined.name,
+                        slot.node,
+                        slot.position_on_node,
+                        defined.cpu_millis,
+                        defined.memory_mib,
+                    ),
+                    slot.node,
+                    slot.position_on_node,
+                    slot.slot_id,
+                    defined.cpu_millis,
+                    defined.memory_mib,
+                )
+            )
+    delete = sorted(
+        p.name for p in state.pods if p.ghost and not p.terminating and p.name not in keep
+    )
+    return ReconcilePlan(tuple(create), tuple(delete), tuple(problems))
+
+
+def overall_state(state: TestbedState) -> OverallState:
+    """``error`` if anything needs an operator, else ``running`` if any slot is occupied, else
+    ``in_progress`` while reservations or ghost pods are pending, else ``success``."""
+    all_slots = slots(state)
+    statuses = {s.status for s in all_slots}
+    if "error" in statuses or _node_problems(state):
+        return "error"
+    if "occupied" in statuses:
+        return "running"
+    if statuses - {"free"} or reconcile(state).delete:
+        return "in_progress"
+    return "success"
+
+
+# -- decide --------------------------------------------------------------------------------------
+
+
+def decide(state: TestbedState, command: TestbedCommand) -> list[TestbedEvent]:
+    """Decide what ``command`` means for the testbed. Raises :class:`Rejected` /
+    :class:`InvalidCommand` with a reason that says what to do instead."""
+    at = _utc(command.at)
+    if isinstance(command, DefineTestbed):
+        return _decide_define(state, command, at)
+    if state.defined is None:
+        raise Rejected("the testbed is not defined yet; define it with DefineTestbed first")
+    if isinstance(command, ObserveCluster):
+        return _decide_observe(state, command, at)
+    if isinstance(command, ReserveSlot):
+        return _decide_reserve(state, command, at)
+    if isinstance(command, ClaimTestbed):
+        if state.holder == command.scheduling:
+            return []
+        if state.holder is not None:
+            raise Rejected(
+                f"testbed {state.defined.name} is held by scheduling {state.holder}; "
+                "wait until it is released"
+            )
+        return [TestbedClaimed(command.scheduling, at)]
+    if isinstance(command, ReleaseTestbed):
+        if state.holder != command.scheduling:
+            return []
+        return [TestbedReleased(command.scheduling, at)]
+    raise InvalidCommand(f"a testbed does not handle {type(command).__name__}")
+
+
+def _utc(at: object) -> datetime:
+    if not isinstance(at, datetime) or at.utcoffset() is None:
+        raise InvalidCommand(f"at must be a timezone-aware UTC datetime, got {at!r}")
+    return at.astimezone(UTC)
+
+
+def _decide_define(state: TestbedState, command: DefineTestbed, at: datetime) -> list[TestbedEvent]:
+    if not command.name or not command.node_label:
+        raise InvalidCommand("a testbed needs a name and a node label")
+    if state.defined is not None and state.defined.name != command.name:
+        raise InvalidCommand(
+            f"command for testbed {command.name} sent to the stream of {state.defined.name}"
+        )
+    for what, value in (
+        ("slots_per_node", command.slots_per_node),
+        ("cpu_millis", command.cpu_millis),
+        ("memory_mib", command.memory_mib),
+    ):
+        if type(value) is not int or value < 1:
+            raise InvalidCommand(f"{what} must be a positive integer, got {value!r}")
+    event = TestbedDefined(
+        command.name,
+        command.node_label,
+        command.slots_per_node,
+        command.cpu_millis,
+        command.memory_mib,
+        at,
+    )
+    if state.defined is not None and replace(state.defined, at=at) == event:
+        return []
+    return [event]
+
+
+def _decide_observe(
+    state: TestbedState, command: ObserveCluster, at: datetime
+) -> list[TestbedEvent]:
+    for what, names in (
+        ("node", [n.name for n in command.nodes]),
+        ("pod", [p.name for p in command.pods]),
+    ):
+        if len(set(names)) != len(names):
+            raise InvalidCommand(f"the observation lists a {what} twice")
+    # Sorted by name, so the same cluster listed in another order is not a change.
+    nodes = tuple(sorted(command.nodes, key=lambda n: n.name))
+    pods = tuple(sorted(command.pods, key=lambda p: p.name))
+    events: list[TestbedEvent] = []
+    if (nodes, pods) != (state.nodes, state.pods):
+        events.append(ClusterObserved(nodes, pods, at))
+    node_names = {n.name for n in command.nodes}
+    pod_names = {p.name for p in command.pods}
+    for (node, pos), reservation in sorted(state.reservations.items()):
+        reason = None
+        if node not in node_names:
+            reason = f"node {node} left the testbed"
+        # A reservation is made for a pod that exists, so only an observation taken after it
+        # proves the pod gone; an older snapshot may simply predate the pod.
+        elif reservation.pod_name not in pod_names and at > reservation.at:
+            reason = f"pod {reservation.pod_name} is gone"
+        if reason is not None:
+            events.append(
+                ReservationCleared(reservation.slot_id, node, pos, reservation.pod_name, reason, at)
+            )
+    return events
+
+
+def _decide_reserve(state: TestbedState, command: ReserveSlot, at: datetime) -> list[TestbedEvent]:
+    if not command.slot_ids:
+        raise InvalidCommand(f"pod {command.pod_name} names no slot ids; it cannot be placed")
+    if reservation_of(state, command.pod_name) is not None:
+        return []
+    wanted = set(command.slot_ids)
+    candidates = None if command.candidate_nodes is None else set(command.candidate_nodes)
+    listed = [s for s in slots(state) if s.slot_id in wanted]
+    for slot in listed:
+        if slot.status == "free" and (candidates is None or slot.node in candidates):
+            ghost = slot.ghost_pod
+            return [
+                SlotReserved(
+                    slot.slot_id,
+                    slot.node,
+                    slot.position_on_node,
+                    command.pod_name,
+                    command.pod_uid,
+                    None if ghost is None else ghost.name,
+                    None if ghost is None else ghost.uid,
+                    at,
+                )
+            ]
+    summary = ", ".join(f"{s.slot_id} {s.status} on {s.node}" for s in listed) or "none exist"
+    raise Rejected(
+        f"no free slot for pod {command.pod_name} among slots "
+        f"{', '.join(map(str, sorted(wanted)))} on the candidate nodes ({summary}); "
+        "it waits until one of its slots is free"
+    )

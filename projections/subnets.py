@@ -1,0 +1,183 @@
+"""Read model of subnets: every subnet's state, per-node pools and last batch change.
+
+Folded from the log in global order with the domain's own ``evolve``, one state per
+``subnet-<id>`` stream, so a live model and one rebuilt from position 0 hold equal states. It
+also keeps each subnet's last :class:`~fleetledger.domain.ipam.BatchSizeChanged`: the batch size
+is only auditable with the inputs that decided it. The model lives in memory and is rebuilt on
+start (PRODUCT.md §2 allows memory read models).
+
+:meth:`SubnetsProjection.view` is what ``GET /v1/subnets/{id}`` shows;
+:meth:`SubnetsProjection.dump` is the ``subnets`` part of dumpstate, and :func:`dump_at` replays
+the log up to any position instead — a live dump and a replay of the same position are equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fleetledger.domain import ipam
+from fleetledger.domain.codec import from_data, registered_event_types
+from fleetledger.domain.ipam import BatchSizeChanged, SubnetEvent, SubnetState
+from fleetledger.eventstore import EventStore, RecordedEvent
+
+__all__ = [
+    "SUBNET_EVENT_TYPE_NAMES",
+    "SubnetsProjection",
+    "dump_at",
+    "subnet_view",
+]
+
+_PAGE = 1000
+# The naming is the runtime's (adapters.ipam.aggregate); a read model may not import adapters.
+_PREFIX = "subnet-"
+
+SUBNET_EVENT_TYPE_NAMES: tuple[str, ...] = tuple(
+    sorted(name for name in registered_event_types() if name.startswith("ipam."))
+)
+"""The stored names of every subnet event."""
+
+Json = dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class _Subnet:
+    state: SubnetState
+    last_change: BatchSizeChanged | None = None
+
+
+class SubnetsProjection:
+    """Subnet states by id, folded from the log; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reading = threading.Lock()
+        self._subnets: dict[str, _Subnet] = {}
+        self._position = 0
+
+    @property
+    def position(self) -> int:
+        """The global position of the last event folded."""
+        with self._lock:
+            return self._position
+
+    def subnets(self) -> dict[str, SubnetState]:
+        """Every subnet the log created, by id."""
+        with self._lock:
+            return {
+                subnet_id: s.state
+                for subnet_id, s in sorted(self._subnets.items())
+                if s.state.subnet_id is not None
+            }
+
+    def catch_up(self, store: EventStore) -> int:
+        """Fold every subnet event after :attr:`position`; return how many were read."""
+        read = 0
+        with self._reading:
+            while True:
+                records = store.read_all(
+                    after=self.position, limit=_PAGE, types=SUBNET_EVENT_TYPE_NAMES
+                )
+                for record in records:
+                    self.apply(record)
+                read += len(records)
+                if len(records) < _PAGE:
+                    return read
+
+    def apply(self, record: RecordedEvent) -> None:
+        """Fold one event; events at or before :attr:`position` were folded already."""
+        with self._lock:
+            if record.global_position <= self._position:
+                return
+            _fold_record(self._subnets, record)
+            self._position = record.global_position
+
+    def view(self, subnet_id: str) -> Json | None:
+        """The subnet as ``GET /v1/subnets/{id}`` shows it, or ``None`` if it was never created."""
+        with self._lock:
+            found = self._subnets.get(subnet_id)
+        if found is None or found.state.subnet_id is None:
+            return None
+        return subnet_view(found.state, found.last_change)
+
+    def dump(self) -> Json:
+        """Every subnet with its per-node pools, as of :attr:`position` (JSON-ready)."""
+        with self._lock:
+            subnets, position = dict(self._subnets), self._position
+        return _dump(subnets, position)
+
+
+def subnet_view(state: SubnetState, last_change: BatchSizeChanged | None = None) -> Json:
+    """One subnet as JSON-ready data: capacity, nodes, IPs used, the batch size with the inputs
+    of its last change, the exhaustion flag and every node's pool."""
+    data = ipam.to_data(state)
+    used = ipam.allocated(state)
+    change: Json | None = None
+    if last_change is not None:
+        change = {
+            field.name: getattr(last_change, field.name)
+            for field in dataclasses.fields(last_change)
+            if field.name not in ("subnet_id", "at")
+        }
+        change["at"] = last_change.at.isoformat()
+    return {
+        "subnet_id": state.subnet_id,
+        "capacity": state.capacity,
+        "node_count": len(state.nodes),
+        "used": used,
+        "utilization": used / state.capacity if state.capacity else 0.0,
+        "batch_size": state.batch_size,
+        "last_batch_change": change,
+        "exhausted": state.exhausted,
+        "nodes": data["nodes"],
+    }
+
+
+def dump_at(store: EventStore, position: int | None = None) -> Json:
+    """The subnets as of log ``position`` (the head when ``None``), replayed from the log.
+
+    Raises ``ValueError`` for a position the log has not reached.
+    """
+    head = store.head()
+    if position is None:
+        position = head
+    if position < 0 or position > head:
+        raise ValueError(f"position {position} is outside the log (0 to {head}); pick one in it")
+    subnets: dict[str, _Subnet] = {}
+    after = 0
+    while after < position:
+        records = store.read_all(after=after, limit=_PAGE, types=SUBNET_EVENT_TYPE_NAMES)
+        for record in records:
+            if record.global_position > position:
+                return _dump(subnets, position)
+            _fold_record(subnets, record)
+        if len(records) < _PAGE:
+            break
+        after = records[-1].global_position
+    return _dump(subnets, position)
+
+
+def _dump(subnets: Mapping[str, _Subnet], position: int) -> Json:
+    return {
+        "position": position,
+        "subnets": {
+            subnet_id: subnet_view(s.state, s.last_change)
+            for subnet_id, s in sorted(subnets.items())
+            if s.state.subnet_id is not None
+        },
+    }
+
+
+def _fold_record(subnets: dict[str, _Subnet], record: RecordedEvent) -> None:
+    if not record.stream_id.startswith(_PREFIX):
+        return
+    subnet_id = record.stream_id[len(_PREFIX) :]
+    event = from_data(record.type, record.schema_version, record.data)
+    if not isinstance(event, SubnetEvent):
+        raise TypeError(f"{record.type} at {record.stream_id} is not a subnet event")
+    current = subnets.get(subnet_id, _Subnet(ipam.initial_state()))
+    state = ipam.evolve(current.state, event)
+    last = event if isinstance(event, BatchSizeChanged) else current.last_change
+    subnets[subnet_id] = _Subnet(state, last)

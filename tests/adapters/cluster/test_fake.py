@@ -1,0 +1,87 @@
+"""The in-memory cluster behind the ClusterGateway port."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetledger.adapters.cluster import (
+    ClusterGateway,
+    FakeCluster,
+    Node,
+    NoRoom,
+    PodExists,
+    PodSpec,
+    UnknownPod,
+)
+
+
+def cluster() -> FakeCluster:
+    return FakeCluster(
+        [
+            Node("n1", labels={"testbed": "1"}, cpu_millis=2000, memory_mib=4096),
+            Node("n2", cpu_millis=2000, memory_mib=4096),
+        ]
+    )
+
+
+class TestPort:
+    def test_the_fake_is_a_gateway(self) -> None:
+        """The fake satisfies the port a controller is written against."""
+        gateway: ClusterGateway = cluster()
+        assert [n.name for n in gateway.list_nodes()] == ["n1", "n2"]
+
+    def test_nodes_filter_by_label(self) -> None:
+        """Only nodes carrying the label (whatever its value) are listed."""
+        assert [n.name for n in cluster().list_nodes(label="testbed")] == ["n1"]
+
+    def test_pods_filter_by_labels(self) -> None:
+        """Pods are listed by every label asked for."""
+        c = cluster()
+        c.create_pod(PodSpec("a", labels={"app": "x", "tier": "1"}))
+        c.create_pod(PodSpec("b", labels={"app": "x"}))
+        assert [p.name for p in c.list_pods(labels={"app": "x", "tier": "1"})] == ["a"]
+        assert [p.name for p in c.list_pods(labels={"app": "x"})] == ["a", "b"]
+
+    def test_creating_a_taken_name_is_refused(self) -> None:
+        """A second pod of one name is refused, so a repeated create is recognisable."""
+        c = cluster()
+        c.create_pod(PodSpec("a"))
+        with pytest.raises(PodExists):
+            c.create_pod(PodSpec("a"))
+        assert c.creations == 1
+
+    def test_deleting_an_unknown_pod_is_refused(self) -> None:
+        """Deleting what is not there says so."""
+        with pytest.raises(UnknownPod):
+            cluster().delete_pod("ghost")
+
+
+class TestPlacement:
+    def test_a_pod_with_a_node_runs_there(self) -> None:
+        """A pod created on a node is bound and running; one without waits for the scheduler."""
+        c = cluster()
+        placed = c.create_pod(PodSpec("g", node="n1", cpu_millis=1000, memory_mib=2048))
+        pending = c.create_pod(PodSpec("p", cpu_millis=1000, memory_mib=2048))
+        assert (placed.node, placed.phase) == ("n1", "Running")
+        assert (pending.node, pending.phase) == (None, "Pending")
+        assert placed.uid != pending.uid
+
+    def test_binding_respects_allocatable_resources(self) -> None:
+        """A node full of requests refuses one more pod until room is made."""
+        c = cluster()
+        for i in range(2):
+            c.create_pod(PodSpec(f"g{i}", node="n1", cpu_millis=1000, memory_mib=2048))
+        c.create_pod(PodSpec("job", cpu_millis=1000, memory_mib=2048))
+        with pytest.raises(NoRoom, match="n1"):
+            c.bind("job", "n1")
+        c.delete_pod("g0")
+        assert c.bind("job", "n1").node == "n1"
+        assert c.free_on("n1") == (0, 0)
+
+    def test_a_removed_node_takes_its_pods(self) -> None:
+        """Pods bound to a node that leaves are gone with it."""
+        c = cluster()
+        c.create_pod(PodSpec("g", node="n1", cpu_millis=1, memory_mib=1))
+        c.remove_node("n1")
+        assert c.list_pods() == []
+        assert c.pod("g") is None

@@ -1,0 +1,285 @@
+"""The pod-IP runtime end to end: the subnet asks, the allocator answers, the log records."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from fleetledger.adapters.clock import SystemClock
+from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime, SubnetService
+from fleetledger.adapters.runtime import LEADER_TERM_KEY
+from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
+from fleetledger.domain import ipam
+from fleetledger.eventstore import EventStore
+
+from .support import SUBNET, allocator, assert_consistent, stepped, wait_until
+
+NODES = tuple(f"node-{i}" for i in range(4))
+
+
+class NodeLeavesDuringCall(InMemoryAllocator):
+    """The fake allocator, with the node deleted while its first call is in progress."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.service: SubnetService | None = None
+        self.answered: tuple[str, ...] = ()
+
+    def allocate(self, subnet_id: str, node: str, *, request: int, count: int) -> tuple[str, ...]:
+        self.answered = super().allocate(subnet_id, node, request=request, count=count)
+        assert self.service is not None
+        self.service.leave(subnet_id, node)
+        return self.answered
+
+
+def types_in(store: EventStore, type_name: str) -> int:
+    return sum(1 for r in store.read_all(limit=10_000) if r.type == type_name)
+
+
+class TestAllocation:
+    def test_requested_ips_are_allocated_and_recorded(self, store: EventStore) -> None:
+        """Every IpsRequested ends with the allocator's IPs recorded for its node."""
+        fake = allocator()
+        runtime = stepped(store, fake)
+        runtime.service.create(SUBNET, 1024)
+        runtime.service.join(SUBNET, NODES)
+        runtime.service.report_demand(SUBNET, "node-0", 20)
+
+        runtime.step()
+
+        state = runtime.service.load(SUBNET)
+        assert ipam.outstanding_requests(state) == ()
+        assert all(len(p.held) == p.requested > 0 for p in state.nodes.values())
+        assert_consistent(state, fake)
+
+    def test_a_falling_demand_releases_the_surplus(self, store: EventStore) -> None:
+        """Pending releases are given back to the allocator and recorded as released."""
+        fake = allocator()
+        runtime = stepped(store, fake)
+        runtime.service.create(SUBNET, 1024)
+        runtime.service.join(SUBNET, NODES)
+        runtime.service.report_demand(SUBNET, "node-0", 100)
+        runtime.step()
+        grown = len(runtime.service.load(SUBNET).nodes["node-0"].held)
+
+        runtime.service.report_demand(SUBNET, "node-0", 0)
+        runtime.step()
+
+        state = runtime.service.load(SUBNET)
+        assert len(state.nodes["node-0"].held) < grown
+        assert ipam.pending_releases(state) == {}
+        assert all(len(p.held) == p.requested for p in state.nodes.values())
+        assert types_in(store, "ipam.IpsReleased") >= 1
+        assert_consistent(state, fake)
+
+    def test_a_node_leaving_returns_its_ips_to_the_allocator(self, store: EventStore) -> None:
+        """The gone node's IPs are free in the allocator as well as in the subnet."""
+        fake = allocator()
+        runtime = stepped(store, fake)
+        runtime.service.create(SUBNET, 1024)
+        runtime.service.join(SUBNET, NODES)
+        runtime.step()
+
+        runtime.service.leave(SUBNET, "node-1")
+        runtime.step()
+
+        assert "node-1" not in fake.held(SUBNET)
+        assert_consistent(runtime.service.load(SUBNET), fake)
+
+    def test_an_answer_for_a_node_that_left_goes_back(self, store: EventStore) -> None:
+        """A node that leaves while the allocator call for it is in flight keeps no IP: the
+        subnet refuses the answer and the runtime returns it to the allocator."""
+        fake = NodeLeavesDuringCall()
+        fake.add_subnet(SUBNET, 1024)
+        runtime = stepped(store, fake)
+        fake.service = runtime.service
+        runtime.service.create(SUBNET, 1024)
+        runtime.service.join(SUBNET, ("node-0",))
+
+        runtime.step()
+
+        assert fake.answered and fake.held(SUBNET) == {}
+        assert "node-0" not in runtime.service.load(SUBNET).nodes
+
+    def test_the_runtime_runs_by_itself_with_threads(self, store: EventStore) -> None:
+        """Started with threads, the reactor and its worker settle the subnet unaided."""
+        fake = allocator()
+        with IpamRuntime(store, fake, clock=SystemClock(), reactor_poll_seconds=0.1) as runtime:
+            runtime.service.create(SUBNET, 1024)
+            runtime.service.join(SUBNET, NODES)
+            runtime.service.report_demand(SUBNET, "node-2", 40)
+
+            wait_until(
+                store,
+                lambda: not ipam.outstanding_requests(runtime.service.load(SUBNET)),
+            )
+            state = runtime.service.load(SUBNET)
+
+        assert state.nodes["node-2"].requested == len(state.nodes["node-2"].held) >= 40
+        assert_consistent(state, fake)
+
+    def test_many_agents_at_once_with_the_allocator_running(self, store: EventStore) -> None:
+        """Demand reports from many threads while the reactor runs: the subnet settles with
+        every node's pool allocated and the allocator agreeing with the log."""
+        fake = allocator()
+        nodes = [f"node-{i}" for i in range(16)]
+        with IpamRuntime(store, fake, clock=SystemClock(), reactor_poll_seconds=0.1) as runtime:
+            runtime.service.create(SUBNET, 1024)
+            runtime.service.join(SUBNET, nodes)
+            start = threading.Barrier(len(nodes))
+
+            def report(index: int) -> None:
+                start.wait()
+                runtime.service.report_demand(SUBNET, nodes[index], 3 * index)
+
+            with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+                list(pool.map(report, range(len(nodes))))
+
+            def settled() -> bool:
+                state = runtime.service.load(SUBNET)
+                return not ipam.outstanding_requests(state) and not ipam.pending_releases(state)
+
+            wait_until(store, settled)
+            state = runtime.service.load(SUBNET)
+
+        assert {n: state.nodes[n].demand for n in nodes} == {n: 3 * i for i, n in enumerate(nodes)}
+        assert all(len(p.held) == p.requested for p in state.nodes.values())
+        assert_consistent(state, fake)
+
+
+class TestShortAllocator:
+    def test_a_short_allocator_is_not_asked_in_a_loop(self, store: EventStore) -> None:
+        """An allocator with fewer free IPs than the subnet counts answers short once; the
+        subnet's requests then wait instead of being asked again and again."""
+        fake = allocator(capacity=10)  # the subnet believes it has 1024
+        runtime = stepped(store, fake)
+        runtime.service.create(SUBNET, 1024)
+        runtime.service.join(SUBNET, NODES)
+
+        runtime.step()
+
+        state = runtime.service.load(SUBNET)
+        assert fake.allocate_calls <= len(NODES)
+        assert ipam.outstanding_requests(state)
+        assert ipam.allocated(state) == 10
+        assert_consistent(state, fake)
+
+    def test_ips_given_back_let_the_waiting_requests_through(self, store: EventStore) -> None:
+        """Once a node's IPs return to the allocator, the waiting requests are answered."""
+        fake = allocator(capacity=40)
+        runtime = stepped(store, fake)
+        runtime.service.create(SUBNET, 1024)
+        runtime.service.join(SUBNET, NODES)
+        runtime.step()
+        before = runtime.service.load(SUBNET)
+        [holder] = [n for n, p in before.nodes.items() if p.held]
+
+        runtime.service.leave(SUBNET, holder)
+        runtime.step()
+
+        state = runtime.service.load(SUBNET)
+        assert ipam.allocated(before) == ipam.allocated(state) == 40
+        assert holder not in fake.held(SUBNET) and fake.held(SUBNET)
+        assert_consistent(state, fake)
+
+
+class TestRestart:
+    def test_requests_left_unanswered_are_made_after_a_restart(self, store: EventStore) -> None:
+        """Requests recorded before a crash, no allocator call made: the next leader makes
+        each call once."""
+        fake = allocator()
+        first = stepped(store, fake)
+        first.service.create(SUBNET, 1024)
+        first.service.join(SUBNET, NODES)
+        asked = ipam.outstanding_requests(first.service.load(SUBNET))
+        first.stop()  # before any step: the requests are in the log, no call was made
+
+        second = stepped(store, fake)
+        second.step()
+
+        state = second.service.load(SUBNET)
+        assert len(asked) == len(NODES)
+        assert ipam.outstanding_requests(state) == ()
+        assert fake.allocate_calls == len(asked)
+        assert_consistent(state, fake)
+
+    def test_an_answer_not_recorded_is_not_allocated_twice(self, store: EventStore) -> None:
+        """The allocator answered before the crash but the answer never reached the log: the
+        next leader records that same answer, and the allocator hands out nothing more."""
+        fake = allocator()
+        first = stepped(store, fake)
+        first.service.create(SUBNET, 1024)
+        first.service.join(SUBNET, NODES)
+        node, request, count = ipam.outstanding_requests(first.service.load(SUBNET))[0]
+        answered = fake.allocate(SUBNET, node, request=request, count=count)
+        with contextlib.suppress(Exception):
+            first.stop()
+
+        second = stepped(store, fake)
+        second.step()
+
+        state = second.service.load(SUBNET)
+        assert set(state.nodes[node].held) == set(answered)
+        assert sum(len(ips) for ips in fake.held(SUBNET).values()) == ipam.allocated(state)
+        assert_consistent(state, fake)
+
+    def test_replaying_the_reactor_from_the_start_changes_nothing(self, store: EventStore) -> None:
+        """A reactor that reacts again to everything (a lost checkpoint) makes no new call."""
+        fake = allocator()
+        runtime = stepped(store, fake)
+        runtime.service.create(SUBNET, 1024)
+        runtime.service.join(SUBNET, NODES)
+        runtime.service.report_demand(SUBNET, "node-0", 30)
+        runtime.step()
+        head, calls = store.head(), fake.allocate_calls + fake.release_calls
+
+        replay = IpamRuntime(store, fake, threads=False, reactor_name="ipam-allocator-replay")
+        replay.start().step()
+
+        assert store.head() == head
+        assert fake.allocate_calls + fake.release_calls == calls
+
+
+class TestLeadership:
+    def test_a_follower_makes_no_allocator_call(self, store: EventStore) -> None:
+        """Without the lease the runtime accepts commands but leaves the allocator alone."""
+        fake = allocator()
+        board: dict[str, str] = {}
+        Leadership(store, MemoryLease(board, holder="other"), clock=SystemClock()).step()
+        follower = IpamRuntime(store, fake, threads=False, leadership=leadership(store, board))
+        follower.start()
+        follower.service.create(SUBNET, 1024)
+        follower.service.join(SUBNET, NODES)
+
+        follower.step()
+
+        assert not follower.leading
+        assert fake.allocate_calls == 0
+        assert ipam.outstanding_requests(follower.service.load(SUBNET))
+
+    def test_once_elected_it_settles_and_fences_what_it_records(self, store: EventStore) -> None:
+        """Elected, the runtime makes the calls the log still asks for, and the answers it
+        records carry its leader term."""
+        fake = allocator()
+        board: dict[str, str] = {}
+        other = Leadership(store, MemoryLease(board, holder="other"), clock=SystemClock())
+        other.step()
+        mine = leadership(store, board)
+        runtime = IpamRuntime(store, fake, threads=False, leadership=mine).start()
+        runtime.service.create(SUBNET, 1024)
+        runtime.service.join(SUBNET, NODES)
+
+        other.stop()
+        mine.step()
+        runtime.step()
+
+        allocated = [r for r in store.read_all(limit=10_000) if r.type == "ipam.IpsAllocated"]
+        assert runtime.leading and mine.term() == 2
+        assert len(allocated) == len(NODES)
+        assert {r.metadata.get(LEADER_TERM_KEY) for r in allocated} == {2}
+        assert_consistent(runtime.service.load(SUBNET), fake)
+
+
+def leadership(store: EventStore, board: dict[str, str]) -> Leadership:
+    return Leadership(store, MemoryLease(board, holder="me"), clock=SystemClock(), holder="me")

@@ -1,0 +1,107 @@
+"""The assembled runtime with its thread: passes run by themselves while it leads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from fleetledger.adapters.clock import SystemClock
+from fleetledger.adapters.runtime import LEADER_TERM_KEY
+from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
+from fleetledger.adapters.testbeds import GHOST_LABEL, FakeApplications, TestbedsRuntime
+from fleetledger.eventstore import EventStore
+
+from .support import BED, two_nodes
+
+
+def eventually(condition: Callable[[], bool], *, timeout: float = 10.0) -> bool:
+    """Whether ``condition`` holds within ``timeout`` s (checked every 20 ms: the cluster has no
+    change signal to wait on)."""
+    tick = threading.Event()
+    for _ in range(int(timeout / 0.02)):
+        if condition():
+            return True
+        tick.wait(0.02)
+    return condition()
+
+
+class TestThreads:
+    def test_the_leader_reconciles_without_being_stepped(self, sqlite_store: EventStore) -> None:
+        """Started with threads, the runtime creates a new testbed's ghost pods by itself and
+        stops cleanly."""
+        cluster = two_nodes()
+        runtime = TestbedsRuntime(
+            sqlite_store, cluster, FakeApplications(cluster), clock=SystemClock(), poll_seconds=0.1
+        )
+        with runtime:
+            assert runtime.leading
+            runtime.service.define_testbed(
+                BED, node_label="testbed", slots_per_node=2, cpu_millis=1000, memory_mib=2048
+            )
+            assert eventually(lambda: len(cluster.list_pods(labels={GHOST_LABEL: BED})) == 4)
+        assert not runtime.running and not runtime.leading
+
+    def test_without_threads_nothing_happens_until_stepped(self, sqlite_store: EventStore) -> None:
+        """threads=False runs no pass by itself: the simulator decides when."""
+        cluster = two_nodes()
+        runtime = TestbedsRuntime(
+            sqlite_store, cluster, FakeApplications(cluster), clock=SystemClock(), threads=False
+        )
+        with runtime:
+            runtime.service.define_testbed(
+                BED, node_label="testbed", slots_per_node=2, cpu_millis=1000, memory_mib=2048
+            )
+            assert cluster.list_pods() == []
+            runtime.step()
+            assert len(cluster.list_pods()) == 4
+
+
+def leadership(store: EventStore, board: dict[str, str], holder: str) -> Leadership:
+    return Leadership(store, MemoryLease(board, holder=holder), clock=SystemClock(), holder=holder)
+
+
+class TestLeadership:
+    def test_a_follower_leaves_the_cluster_alone(self, sqlite_store: EventStore) -> None:
+        """Without the lease the runtime accepts commands but creates no ghost pod."""
+        board: dict[str, str] = {}
+        leadership(sqlite_store, board, "other").step()
+        cluster = two_nodes()
+        follower = TestbedsRuntime(
+            sqlite_store,
+            cluster,
+            FakeApplications(cluster),
+            threads=False,
+            leadership=leadership(sqlite_store, board, "me"),
+        ).start()
+        follower.service.define_testbed(
+            BED, node_label="testbed", slots_per_node=2, cpu_millis=1000, memory_mib=2048
+        )
+
+        assert follower.step() == 0
+        assert not follower.leading
+        assert cluster.list_pods() == []
+
+    def test_once_elected_its_duties_carry_its_term(self, sqlite_store: EventStore) -> None:
+        """Elected, the runtime reconciles, and what it records of the cluster is fenced by its
+        leader term."""
+        board: dict[str, str] = {}
+        other = leadership(sqlite_store, board, "other")
+        other.step()
+        mine = leadership(sqlite_store, board, "me")
+        cluster = two_nodes()
+        runtime = TestbedsRuntime(
+            sqlite_store, cluster, FakeApplications(cluster), threads=False, leadership=mine
+        ).start()
+        runtime.service.define_testbed(
+            BED, node_label="testbed", slots_per_node=2, cpu_millis=1000, memory_mib=2048
+        )
+
+        other.stop()
+        mine.step()
+        runtime.step()
+
+        observed = [r for r in sqlite_store.read_all() if r.type == "testbed.ClusterObserved"]
+        assert runtime.leading
+        assert len(cluster.list_pods()) == 4
+        assert observed
+        assert {r.metadata.get(LEADER_TERM_KEY) for r in observed} == {mine.term()}
