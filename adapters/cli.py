@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument("--events", type=int, default=2000)
     store.set_defaults(run=_bench_store)
     _add_bench_grouper(bench_commands)
+    _add_bench_serve(bench_commands)
     _add_simulate(commands)
     _add_serve(commands)
 
@@ -111,6 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _add_bench_serve(bench_commands: Subcommands) -> None:
+    serve = bench_commands.add_parser(
+        "serve", help="machine-request POSTs per second through a real `serve` on loopback"
+    )
+    _add_url(serve)
+    serve.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
+    serve.add_argument("--requests", type=int, default=6000, help="POSTs to time (default 6000)")
+    _add_json(serve)
+    serve.set_defaults(run=_bench_serve)
 
 
 def _add_bench_grouper(bench_commands: Subcommands) -> None:
@@ -322,6 +334,17 @@ def _bench_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_serve(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.serve import run_serve_bench
+
+    report = run_serve_bench(args.url, clients=args.clients, requests=args.requests)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0
+
+
 def _bench_grouper(args: argparse.Namespace) -> int:
     from fleetledger.adapters.benchmarks.grouper import run_grouper_bench
 
@@ -357,24 +380,59 @@ SIMULATION_LOG = "fleetledger-sim.db"
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from fleetledger.adapters.simulator import compare_scenario, get_scenario, run_scenario
+    from fleetledger.adapters.simulator import compare_scenario, run_scenario, scenario_names
 
-    get_scenario(args.scenario)  # an unknown name fails now, listing the known ones
-    url = args.url if args.url is not None else _fresh_simulation_log()
+    capability = _CAPABILITY_SCENARIOS.get(args.scenario)
+    if capability is None and args.scenario not in scenario_names():
+        known = ", ".join(sorted([*scenario_names(), *_CAPABILITY_SCENARIOS]))
+        raise ValueError(f"unknown scenario {args.scenario!r}; choose one of: {known}")
+    if capability is not None and args.compare:
+        raise ValueError(f"--compare applies to machine-request scenarios, not {args.scenario!r}")
+    writes_log = capability is None or capability[1]
+    url = args.url if args.url is not None or not writes_log else _fresh_simulation_log()
     report: Any
-    if args.compare:
+    if capability is not None:
+        report = capability[0](args.seed, url)
+    elif args.compare:
         report = compare_scenario(args.scenario, seed=args.seed, url=url, against=args.compare)
     else:
         report = run_scenario(args.scenario, seed=args.seed, url=url)
     if args.json:
-        _print_json({**report.to_dict(), "log_url": url})
+        _print_json({**report.to_dict(), "log_url": url} if writes_log else report.to_dict())
     else:
         print(report.render())
-        print(
-            f"  the log: {url} — read it with `fleetledger events tail --url {url}`, "
-            f"check it with `fleetledger audit verify --url {url}`"
-        )
+        if writes_log:
+            print(
+                f"  the log: {url} — read it with `fleetledger events tail --url {url}`, "
+                f"check it with `fleetledger audit verify --url {url}`"
+            )
     return 0
+
+
+def _run_subnet(seed: int, url: str | None) -> Any:
+    from fleetledger.adapters.simulator.subnet import run_subnet_scenario
+
+    return run_subnet_scenario(seed)
+
+
+def _run_restart(seed: int, url: str | None) -> Any:
+    from fleetledger.adapters.simulator.restart import run_restart_scenario
+
+    return run_restart_scenario(seed)
+
+
+def _run_testbed(seed: int, url: str | None) -> Any:
+    from fleetledger.adapters.simulator.testbed import run_testbed_scenario
+
+    return run_testbed_scenario(seed, url=url)
+
+
+# The scenarios of the other capabilities: (runner, whether it writes a log).
+_CAPABILITY_SCENARIOS: dict[str, tuple[Callable[[int, str | None], Any], bool]] = {
+    "subnet": (_run_subnet, False),
+    "restart": (_run_restart, False),
+    "testbed": (_run_testbed, True),
+}
 
 
 def _fresh_simulation_log() -> str:

@@ -94,8 +94,7 @@ def create_app(runtime: MachinesRuntime, *, manage_runtime: bool = False) -> Fas
         requests = [_domain_request(index, item) for index, item in enumerate(body.requests)]
         accepted = runtime.service.request(requests)
         target = accepted.last_position or runtime.store.head()
-        runtime.projection.catch_up(runtime.store)
-        runtime.projection.wait_for_position(target, timeout=_READ_YOUR_WRITES_SECONDS)
+        runtime.wait_until_read(target, timeout=_READ_YOUR_WRITES_SECONDS)
         urls = [f"/v1/machines/{request_id}" for request_id in accepted.request_ids]
         if len(urls) == 1:
             response.headers["Location"] = urls[0]

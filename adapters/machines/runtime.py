@@ -180,6 +180,14 @@ class MachinesRuntime:
         """The leader term this process leads in, if it was elected."""
         return None if self.leadership is None else self.leadership.term()
 
+    def wait_until_read(self, position: int, *, timeout: float) -> bool:
+        """Block until the read model has folded the log up to ``position`` (True), or
+        ``timeout`` seconds pass. The follower thread reads for every waiter at once; without it
+        (``threads=False``) the caller reads."""
+        if not self._follower.running:
+            self.projection.catch_up(self.store)
+        return self.projection.wait_for_position(position, timeout=timeout)
+
     def reactor_failures(self) -> list[str]:
         """What stopped a reactor, if anything did (for readiness)."""
         return self._reactors.failures()

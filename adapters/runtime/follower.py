@@ -48,6 +48,10 @@ class LogFollower:
         self._thread.start()
         return self
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
     def stop(self, timeout: float | None = 10.0) -> None:
         self._stop.set()
         # The store has no public "wake the waiters" call; without this nudge a stop would wait

@@ -1,0 +1,196 @@
+"""``fleetledger bench serve``: machine-request POSTs per second through a real ``serve``.
+
+A ``fleetledger serve`` process (fake cloud, no latency) runs on a scratch database of the given
+server; ``clients`` concurrent HTTP clients on loopback post single-machine requests as fast as
+it answers, each waiting for its answer before sending the next — the way controllers call it.
+The figures: acknowledged POSTs per second, latency p50/p99/max, answers other than 202, and
+*lost* requests — acknowledged (202) yet absent from the log — which must be 0.
+
+The clients share this process's event loop; the server is another process, so both use the
+machine's cores as they would in production on one box.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import structlog
+
+from fleetledger.eventstore import open_store
+
+from .scratch import scratch_database
+
+__all__ = ["TARGET_POSTS_PER_SECOND", "TARGET_P99_MS", "ServeBenchReport", "run_serve_bench"]
+
+log = structlog.get_logger("bench.serve")
+
+TARGET_POSTS_PER_SECOND = 2_000
+TARGET_P99_MS = 100.0
+_TEMPLATE = {"vm_size": "Standard_D4s_v5", "orchestrator_version": "1.31.2"}
+
+
+@dataclass(frozen=True, slots=True)
+class ServeBenchReport:
+    backend: str
+    clients: int
+    requests: int
+    seconds: float
+    acknowledged: int
+    refused: int
+    lost: int
+    latencies_ms: tuple[float, ...]
+
+    @property
+    def posts_per_second(self) -> float:
+        return self.acknowledged / self.seconds if self.seconds else 0.0
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies_ms)
+        if not ordered:
+            return 0.0
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "backend": self.backend,
+            "clients": self.clients,
+            "requests": self.requests,
+            "seconds": round(self.seconds, 3),
+            "posts_per_second": round(self.posts_per_second, 1),
+            "latency_ms": {
+                "p50": round(self.percentile(0.50), 2),
+                "p99": round(self.percentile(0.99), 2),
+                "max": round(max(self.latencies_ms, default=0.0), 2),
+            },
+            "acknowledged": self.acknowledged,
+            "refused": self.refused,
+            "lost": self.lost,
+            "targets": {"posts_per_second": TARGET_POSTS_PER_SECOND, "p99_ms": TARGET_P99_MS},
+        }
+
+    def render(self) -> str:
+        rate, p99 = self.posts_per_second, self.percentile(0.99)
+        return "\n".join(
+            [
+                f"bench serve ({self.backend}, {self.clients} clients, {self.requests} "
+                "single-machine POSTs)",
+                f"  throughput  {rate:,.0f} POSTs/s "
+                f"({rate / TARGET_POSTS_PER_SECOND:.2f}x the {TARGET_POSTS_PER_SECOND:,}/s target)",
+                f"  latency     p50 {self.percentile(0.5):.1f} ms, p99 {p99:.1f} ms "
+                f"(target < {TARGET_P99_MS:.0f} ms), max {max(self.latencies_ms, default=0):.1f} ms",
+                f"  answers     {self.acknowledged} accepted, {self.refused} refused; "
+                f"{self.lost} lost (accepted but not in the log; must be 0)",
+            ]
+        )
+
+
+def run_serve_bench(
+    url: str | None, *, clients: int = 32, requests: int = 6000, warmup: int = 200
+) -> ServeBenchReport:
+    """Serve a scratch database of ``url``'s server and drive it; see the module docstring."""
+    if clients < 1 or requests < 1 or warmup < 0:
+        raise ValueError("clients and requests must be at least 1, warmup at least 0")
+    with scratch_database(url) as scratch, _server(scratch) as base_url:
+        backend = "sqlite" if scratch.startswith("sqlite") else "postgres"
+        asyncio.run(_drive(base_url, clients=clients, count=warmup, prefix="warm"))
+        log.info("warm-up done; measuring", clients=clients, requests=requests)
+        started = time.perf_counter()
+        latencies, acknowledged, refused = asyncio.run(
+            _drive(base_url, clients=clients, count=requests, prefix="bench")
+        )
+        seconds = time.perf_counter() - started
+        with contextlib.closing(open_store(scratch)) as store:
+            logged = {
+                str(e.data["request_id"])
+                for e in store.read_all(after=0, limit=10_000_000, types=["vm.MachineRequested"])
+            }
+        lost = len(set(acknowledged) - logged)
+    return ServeBenchReport(
+        backend=backend,
+        clients=clients,
+        requests=requests,
+        seconds=seconds,
+        acknowledged=len(acknowledged),
+        refused=refused,
+        lost=lost,
+        latencies_ms=tuple(latencies),
+    )
+
+
+async def _drive(
+    base_url: str, *, clients: int, count: int, prefix: str
+) -> tuple[list[float], list[str], int]:
+    latencies: list[float] = []
+    acknowledged: list[str] = []
+    refused = 0
+    names = iter(range(count))
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30) as client:
+
+        async def one_client() -> None:
+            nonlocal refused
+            for n in names:
+                request_id = f"{prefix}-{n}"
+                body = {
+                    "request_id": request_id,
+                    "machine_name": f"{prefix}-m-{n}",
+                    "template": _TEMPLATE,
+                }
+                sent = time.perf_counter()
+                answer = await client.post("/v1/machines", json=body)
+                latencies.append((time.perf_counter() - sent) * 1000)
+                if answer.status_code == 202:
+                    acknowledged.append(request_id)
+                else:
+                    refused += 1
+                if len(latencies) % 2000 == 0:
+                    log.info("progress", prefix=prefix, done=len(latencies), of=count)
+
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+    return latencies, acknowledged, refused
+
+
+@contextlib.contextmanager
+def _server(url: str) -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    command = [
+        sys.executable, "-m", "fleetledger.adapters.cli", "--log-level", "warning", "serve",
+        "--url", url, "--port", str(port), "--fake-latency", "0", "--idle-timeout", "0.05",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_leading(base_url, process)
+        yield base_url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _wait_until_leading(base_url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            errors = process.stderr.read().decode() if process.stderr else ""
+            raise RuntimeError(f"fleetledger serve exited with {process.returncode}:\n{errors}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base_url}/healthz", timeout=2).json().get("role") == "leader":
+                return
+        time.sleep(0.1)
+    raise RuntimeError("fleetledger serve did not start leading within 60 s")
