@@ -168,8 +168,10 @@ class HostedStream(Generic[S, C, E]):
         self._writer = writer or Writer()
         self._retry = retry or RetryPolicy()
         self._companions = companions
-        # _fold guards state, version and the queue; only the leading submitter appends.
-        self._fold = threading.Condition(threading.RLock())
+        # _fold guards the folded state and version. The queue has a lock of its own, so callers
+        # can join it while the leader appends (holding _fold): they make the next group.
+        self._fold = threading.RLock()
+        self._queue_changed = threading.Condition()
         self._state: S = aggregate.initial_state()
         self._version = 0
         self._last_event_id = ""
@@ -199,6 +201,11 @@ class HostedStream(Generic[S, C, E]):
         """Id of the stream's last folded event (``""`` for an empty stream)."""
         with self._fold:
             return self._last_event_id
+
+    def queued(self) -> int:
+        """How many submissions wait for the append in flight (they will be decided together)."""
+        with self._queue_changed:
+            return len(self._queue)
 
     def on_events(self, observer: Callable[[Sequence[Folded[E]]], None]) -> None:
         """Call ``observer(folded)`` after each batch of events the stream folds."""
@@ -269,28 +276,26 @@ class HostedStream(Generic[S, C, E]):
         :class:`LogContention`, or :class:`Deposed` for a duty whose term was fenced.
         """
         submission: _Submission[C, E] = _Submission(plan, duty)
-        with self._fold:
+        with self._queue_changed:
             self._queue.append(submission)
             while self._leading and not submission.done:
-                self._fold.wait()
-            if not submission.done:
+                self._queue_changed.wait()
+            leads = not submission.done
+            if leads:
                 self._leading = True
                 group, self._queue = self._queue, []
-        try:
-            if not submission.done:
-                try:
-                    # The leader decides and appends holding the fold lock, so a concurrent
-                    # load() cannot fold the group's events a second time; submitters arriving
-                    # meanwhile queue up for the next group.
-                    with self._fold:
-                        self._ensure_loaded()
-                        self._run_group(group)
-                finally:
-                    with self._fold:
-                        self._leading = False
-                        self._fold.notify_all()
-        finally:
-            self._announce()
+        if leads:
+            try:
+                # The leader decides and appends holding the fold lock, so a concurrent load()
+                # cannot fold the group's events a second time.
+                with self._fold:
+                    self._ensure_loaded()
+                    self._run_group(group)
+            finally:
+                with self._queue_changed:
+                    self._leading = False
+                    self._queue_changed.notify_all()
+                self._announce()
         if submission.error is not None:
             raise submission.error
         assert submission.result is not None
@@ -429,10 +434,7 @@ class HostedStream(Generic[S, C, E]):
     def _announce(self) -> None:
         with self._fold:
             fenced, self._fenced_by = self._fenced_by, None
-            if self._unannounced and not self._leading:
-                folded, self._unannounced = self._unannounced, []
-            else:
-                folded = []
+            folded, self._unannounced = self._unannounced, []
         if fenced is not None:
             self._writer.fencing.deposed(fenced)
         if folded:

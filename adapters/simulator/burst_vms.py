@@ -89,7 +89,7 @@ def _build(rng: Random) -> Script:
                 machine_name=f"aks-burst{burst}-{index:04d}",
                 template=rng.choices(_TEMPLATES, _WEIGHTS)[0],
                 zones=(str(rng.randint(1, 3)),),
-                tags={"fleetledger.io/burst": str(burst), "team": rng.choice(_TEAMS)},
+                tags={"fleetledger-burst": str(burst), "team": rng.choice(_TEAMS)},
                 skip_batching=rng.random() < _SKIP_SHARE,
             )
             arrivals.append(Arrival(at_seconds=at, request=request, burst=burst))

@@ -1,0 +1,209 @@
+"""HostedStream: commands arriving during an append are decided together; duties are fenced."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+import pytest
+
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.runtime import (
+    CommandRefused,
+    Deposed,
+    HostedStream,
+    LogUnavailable,
+    RetryPolicy,
+    Writer,
+)
+from fleetledger.eventstore import (
+    AppendResult,
+    EventStore,
+    Fenced,
+    NewEvent,
+    StoreUnavailable,
+    StreamAppend,
+)
+
+from .test_example_aggregate import COUNTER, EPOCH, Command, Counter, Event, Increment
+
+Hosted = HostedStream[Counter, Command, Event]
+
+
+def plan(request_id: str, by: int = 1) -> object:
+    return lambda at: [(Increment(request_id, by, at), request_id)]
+
+
+class GatedStore:
+    """The real store, whose first append waits until the test opens the gate (the append in
+    flight while other commands arrive)."""
+
+    def __init__(self, inner: EventStore) -> None:
+        self._inner = inner
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.appends: list[int] = []
+
+    def append_many(self, appends: list[StreamAppend]) -> list[AppendResult]:
+        if not self.appends:
+            self.entered.set()
+            self.gate.wait(10)
+        self.appends.append(sum(len(a.events) for a in appends))
+        return self._inner.append_many(appends)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+class TestGroupDecisions:
+    def test_commands_arriving_during_an_append_share_the_next_one(self, store: EventStore) -> None:
+        """While one append is in flight, ten more callers queue; they are decided together
+        and land in one append, each caller getting its own events."""
+        gated = GatedStore(store)
+        stream: Hosted = HostedStream(gated, COUNTER, "counter-g", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+        results: dict[str, tuple[object, ...]] = {}
+
+        def call(request_id: str) -> None:
+            results[request_id] = stream.execute(plan(request_id)).events  # type: ignore[arg-type]
+
+        first = threading.Thread(target=call, args=("r-0",))
+        first.start()
+        assert gated.entered.wait(10)
+        others = [threading.Thread(target=call, args=(f"r-{n}",)) for n in range(1, 11)]
+        for thread in others:
+            thread.start()
+        wait_for(lambda: stream.queued() == 10)
+        gated.gate.set()
+        for thread in [first, *others]:
+            thread.join(10)
+
+        assert gated.appends == [1, 10]
+        assert stream.state.total == 11
+        assert {rid: [e.request_id for e in events] for rid, events in results.items()} == {  # type: ignore[attr-defined]
+            f"r-{n}": [f"r-{n}"] for n in range(11)
+        }
+
+    def test_a_refusal_fails_only_its_own_caller(self, store: EventStore) -> None:
+        """In a group, the refused submission raises CommandRefused; the others land."""
+        gated = GatedStore(store)
+        stream: Hosted = HostedStream(gated, COUNTER, "counter-r", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+        errors: dict[str, BaseException] = {}
+
+        def call(request_id: str, by: int) -> None:
+            try:
+                stream.execute(plan(request_id, by))  # type: ignore[arg-type]
+            except CommandRefused as e:
+                errors[request_id] = e
+
+        threads = [
+            threading.Thread(target=call, args=(rid, by))
+            for rid, by in (("r-0", 1), ("bad", 0), ("r-1", 2))
+        ]
+        threads[0].start()
+        assert gated.entered.wait(10)
+        for thread in threads[1:]:
+            thread.start()
+        wait_for(lambda: stream.queued() == 2)
+        gated.gate.set()
+        for thread in threads:
+            thread.join(10)
+
+        assert list(errors) == ["bad"]
+        assert stream.state.total == 3
+
+
+class Fencing:
+    """A leadership stand-in: leads in ``term`` until told it was deposed."""
+
+    def __init__(self, term: int) -> None:
+        self.current: int | None = term
+        self.reports: list[Fenced] = []
+
+    def term(self) -> int | None:
+        return self.current
+
+    def deposed(self, error: Fenced) -> None:
+        self.reports.append(error)
+        self.current = None
+
+
+class TestFencing:
+    def test_a_duty_from_a_deposed_term_is_refused_and_reported(self, store: EventStore) -> None:
+        """After term 2 is recorded, a duty of term 1 raises Deposed, appends nothing, and the
+        fencing hears of it; a plain command still lands."""
+        fencing = Fencing(term=1)
+        stream: Hosted = HostedStream(
+            store, COUNTER, "counter-f", clock=ManualClock(EPOCH), writer=Writer(fencing=fencing)
+        )
+        store.append("leadership-default", [NewEvent("Elected", {}, metadata={"leader_term": 2})])
+
+        with pytest.raises(Deposed):
+            stream.execute(plan("duty-1"), duty=True)  # type: ignore[arg-type]
+        stream.execute(plan("plain-1"))  # type: ignore[arg-type]
+
+        assert [r.current_term for r in fencing.reports] == [2]
+        assert [e.metadata.get("leader_term") for e in store.read_stream("counter-f")] == [None]
+
+    def test_duties_carry_the_term_and_commands_do_not(self, store: EventStore) -> None:
+        """The leader's duties are stamped with its term; client commands are not fenced."""
+        stream: Hosted = HostedStream(
+            store, COUNTER, "counter-t", clock=ManualClock(EPOCH), writer=Writer(fencing=Fencing(3))
+        )
+
+        stream.execute(plan("duty"), duty=True)  # type: ignore[arg-type]
+        stream.execute(plan("command"))  # type: ignore[arg-type]
+
+        assert [e.metadata.get("leader_term") for e in store.read_stream("counter-t")] == [3, None]
+
+
+class FlakyStore:
+    """The real store, whose first ``failures`` appends land but answer as if the connection
+    dropped before the answer came back."""
+
+    def __init__(self, inner: EventStore, failures: int) -> None:
+        self._inner = inner
+        self.failures = failures
+
+    def append_many(self, appends: list[StreamAppend]) -> list[AppendResult]:
+        results = self._inner.append_many(appends)
+        if self.failures:
+            self.failures -= 1
+            raise StoreUnavailable("connection lost before the answer")
+        return results
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+class TestUnknownOutcome:
+    def test_a_landed_append_whose_answer_was_lost_is_not_duplicated(
+        self, store: EventStore
+    ) -> None:
+        """The same events are re-sent; the store recognises them; one event in the log."""
+        clock = ManualClock(EPOCH)
+        stream: Hosted = HostedStream(FlakyStore(store, 1), COUNTER, "counter-u", clock=clock)  # type: ignore[arg-type]
+
+        stream.execute(plan("once"))  # type: ignore[arg-type]
+
+        assert len(store.read_stream("counter-u")) == 1
+        assert stream.state.total == 1
+
+    def test_an_outage_beyond_the_retries_is_reported(self, store: EventStore) -> None:
+        """After the policy's attempts, LogUnavailable says to send it again."""
+        stream: Hosted = HostedStream(
+            FlakyStore(store, 10),  # type: ignore[arg-type]
+            COUNTER,
+            "counter-o",
+            clock=ManualClock(EPOCH),
+            retry=RetryPolicy(unavailable_attempts=2, backoff_seconds=0),
+        )
+
+        with pytest.raises(LogUnavailable, match="send the request again"):
+            stream.execute(plan("lost"))  # type: ignore[arg-type]
+
+
+def wait_for(condition: object, timeout: float = 10.0) -> None:
+    deadline = datetime.now().timestamp() + timeout
+    while not condition():  # type: ignore[operator]
+        assert datetime.now().timestamp() < deadline, "condition not met in time"
+        threading.Event().wait(0.01)
