@@ -141,6 +141,11 @@ class MachineRequestsProjection:
         """Read and apply every relevant event after :attr:`position`; return how many were read."""
         read = 0
         with self._reading:
+            # Everything up to the head as of now is committed (global order is commit order),
+            # so once the filtered read is done the model is current up to it: the position
+            # moves past events of other capabilities too, and readiness can compare it with
+            # the log's head.
+            head = store.head()
             while True:
                 records = store.read_all(
                     after=self.position, limit=_PAGE, types=REQUEST_EVENT_TYPES
@@ -149,7 +154,14 @@ class MachineRequestsProjection:
                     self.apply(record)
                 read += len(records)
                 if len(records) < _PAGE:
+                    self._read_up_to(head)
                     return read
+
+    def _read_up_to(self, position: int) -> None:
+        with self._changed:
+            if position > self._position:
+                self._position = position
+                self._changed.notify_all()
 
     def apply(self, record: RecordedEvent) -> None:
         """Fold one event; events at or before :attr:`position` are ignored (already applied)."""

@@ -1,8 +1,9 @@
 """The HTTP API of machine requests (FastAPI).
 
 =========================================  =====================================================
-``POST /v1/machines``                      one or many requests → ``202`` with their ids; all
-                                           are appended in one transaction or none is
+``POST /v1/machines``                      one or many requests → ``202`` with their ids and
+                                           status URLs; all are appended in one transaction or
+                                           none is
 ``GET /v1/machines/{request_id}``          status and outcome; ``?wait=SECONDS`` (≤ 60)
                                            long-polls until the outcome is known
 ``GET /healthz``                           liveness: the runtime is running; its role (leader
@@ -11,11 +12,19 @@
                                            has caught up with the log; role and term
 =========================================  =====================================================
 
-Errors, each with the standard ``{"detail": …}`` body: ``422`` for a body that does not validate
-(``detail[].loc`` names the field at fault, nothing appended), ``409`` when the grouper refuses a
-request (a machine name in use, a request id reused with other content; nothing appended),
-``404`` for an unknown request id, ``503`` (with ``Retry-After``) while the log is unreachable or
-the runtime is not running.
+With API tokens configured (:mod:`.auth`) every route but ``/healthz``, ``/readyz`` and
+``/metrics`` needs ``Authorization: Bearer <token>``; ``401`` with ``WWW-Authenticate`` otherwise.
+
+Errors, each with the standard ``{"detail": …}`` body: ``400`` for a body that is not JSON at all,
+``413`` for a body over ``max_body_bytes`` (:mod:`.limits`), ``422`` for a body that does not
+validate (``detail[].loc`` names the field at fault, ``msg`` says why; the offending value is not
+echoed back), ``409`` when the grouper refuses a request (a machine name in use, a request id
+reused with other content), ``404`` for an unknown request id, ``503`` (with ``Retry-After``)
+while the log is unreachable or the runtime is not running. Nothing is appended for any of them.
+
+A request that was kept is never answered with an error: once the log has it, a failure to wait
+for the read model (read-your-writes) is logged and the ``202`` still sent, and status URLs are
+percent-encoded so that every id gives a working URL and a valid ``Location`` header.
 
 Reads come from the runtime's read model (:mod:`fleetledger.projections.machine_requests`). A
 ``POST`` returns only once the read model has folded what it appended, so a ``GET`` right after it
@@ -26,13 +35,16 @@ its outcome: no thread is held and no loop polls while a client waits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import quote
 
 import structlog
 from fastapi import FastAPI, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from fleetledger.adapters.machines import (
@@ -40,6 +52,7 @@ from fleetledger.adapters.machines import (
     LogContention,
     LogUnavailable,
     MachineRequest,
+    MachinesError,
     MachinesRuntime,
     RequestRejected,
     RuntimeStopped,
@@ -47,9 +60,11 @@ from fleetledger.adapters.machines import (
 from fleetledger.domain.errors import InvalidCommand
 from fleetledger.eventstore import EventStoreError, SchemaOutOfDate
 
+from .auth import ApiTokens, BearerAuth, document_bearer_auth
+from .limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit, checked_max_body_bytes
 from .models import AcceptedResponse, MachineRequestBody, MachinesBody, MachineStatusResponse
 
-__all__ = ["MAX_WAIT_SECONDS", "create_app"]
+__all__ = ["MAX_WAIT_SECONDS", "create_app", "status_url"]
 
 log = structlog.get_logger(__name__)
 
@@ -58,10 +73,52 @@ MAX_WAIT_SECONDS = 60.0
 _READ_YOUR_WRITES_SECONDS = 10.0
 _READY_LAG_EVENTS = 1000
 """A read model further behind than this is not ready to answer reads."""
+_LOG_RETRY_SECONDS = 5
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "the body is not JSON"},
+    413: {"description": "the body is larger than the server's limit"},
+    503: {"description": "the log is unreachable or the runtime is not running; see Retry-After"},
+}
 
 
-def create_app(runtime: MachinesRuntime, *, manage_runtime: bool = False) -> FastAPI:
-    """The API over ``runtime``; with ``manage_runtime`` the app starts and stops it."""
+class _JSON(JSONResponse):
+    """JSON in ASCII: text that cannot be encoded as UTF-8 (a lone surrogate sent by a client)
+    is escaped instead of failing the response."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(
+            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+        ).encode()
+
+
+def status_url(request_id: str) -> str:
+    """The status URL of ``request_id``, percent-encoded so that any id gives a working URL."""
+    return f"/v1/machines/{quote(request_id, safe='')}"
+
+
+def create_app(
+    runtime: MachinesRuntime,
+    *,
+    manage_runtime: bool = False,
+    api_tokens: ApiTokens | Iterable[str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
+    """The API over ``runtime``; with ``manage_runtime`` the app starts and stops it.
+
+    ``api_tokens`` (an :class:`~.auth.ApiTokens` or the tokens themselves) makes every route but
+    the probes require one of them; ``None`` leaves the API open, which only a caller that has
+    decided so (a loopback-only server, a test) should do. Bodies over ``max_body_bytes`` get
+    ``413``. Both are validated here: a ``ValueError`` says what to fix.
+    """
+    tokens = (
+        None
+        if api_tokens is None
+        else api_tokens
+        if isinstance(api_tokens, ApiTokens)
+        else ApiTokens(api_tokens)
+    )
+    max_body_bytes = checked_max_body_bytes(max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -73,19 +130,28 @@ def create_app(runtime: MachinesRuntime, *, manage_runtime: bool = False) -> Fas
             if manage_runtime:
                 await run_in_threadpool(runtime.stop)
 
+    # Without tokens the interactive docs work as usual; with them a browser could not load the
+    # schema they show (it is behind the token too), so they are not served.
+    docs = {} if tokens is None else {"docs_url": None, "redoc_url": None}
     app = FastAPI(
         title="fleetledger",
         summary="Batched VM creation, recorded as events.",
         version="0.1.0",
         lifespan=lifespan,
+        default_response_class=_JSON,
+        **docs,  # type: ignore[arg-type]
     )
     _install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    if tokens is not None:
+        app.add_middleware(BearerAuth, tokens=tokens)
+        document_bearer_auth(app)
 
     @app.post(
         "/v1/machines",
         status_code=status.HTTP_202_ACCEPTED,
         response_model=AcceptedResponse,
-        responses={409: {"description": "the grouper refused a request"}},
+        responses={409: {"description": "the grouper refused a request"}, **_ERRORS},
     )
     def create_machines(body: MachinesBody, response: Response) -> AcceptedResponse:
         """Enqueue machine requests; their outcomes follow at the status URLs."""
@@ -93,17 +159,18 @@ def create_app(runtime: MachinesRuntime, *, manage_runtime: bool = False) -> Fas
             raise RuntimeStopped("the machines runtime is not running")
         requests = [_domain_request(index, item) for index, item in enumerate(body.requests)]
         accepted = runtime.service.request(requests)
-        target = accepted.last_position or runtime.store.head()
-        runtime.wait_until_read(target, timeout=_READ_YOUR_WRITES_SECONDS)
-        urls = [f"/v1/machines/{request_id}" for request_id in accepted.request_ids]
+        _read_your_writes(runtime, accepted.last_position)
+        urls = [status_url(request_id) for request_id in accepted.request_ids]
         if len(urls) == 1:
             response.headers["Location"] = urls[0]
         return AcceptedResponse(request_ids=list(accepted.request_ids), status_urls=urls)
 
+    # ``:path`` so that an id holding a "/" (taken through another door than this API's, whose
+    # ids cannot) still finds its request from its percent-encoded URL.
     @app.get(
-        "/v1/machines/{request_id}",
+        "/v1/machines/{request_id:path}",
         response_model=MachineStatusResponse,
-        responses={404: {"description": "no such request"}},
+        responses={404: {"description": "no such request"}, **_ERRORS},
     )
     async def machine_status(
         request_id: str,
@@ -112,6 +179,7 @@ def create_app(runtime: MachinesRuntime, *, manage_runtime: bool = False) -> Fas
             Query(
                 ge=0,
                 le=MAX_WAIT_SECONDS,
+                allow_inf_nan=False,
                 description="Seconds to wait for the outcome if it is not known yet.",
             ),
         ] = 0.0,
@@ -132,14 +200,28 @@ def create_app(runtime: MachinesRuntime, *, manage_runtime: bool = False) -> Fas
                 )
             except TimeoutError:
                 view = projection.get(request_id) or view
-        return JSONResponse(view.to_dict())
+        return _JSON(view.to_dict())
 
     _install_health_routes(app, runtime)
     return app
 
 
+def _read_your_writes(runtime: MachinesRuntime, position: int | None) -> None:
+    """Wait for the read model to fold ``position`` (the head, for a repeat that appended
+    nothing). The requests are kept whatever happens here, so a failure is logged, not raised:
+    answering an error would make the caller retry a request that is already in the log."""
+    try:
+        target = position if position is not None else runtime.store.head()
+        if not runtime.wait_until_read(target, timeout=_READ_YOUR_WRITES_SECONDS):
+            log.warning("read model did not catch up before answering", position=target)
+    except (EventStoreError, MachinesError) as e:
+        log.warning("could not wait for the read model after a kept request", error=str(e))
+
+
 def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
-    @app.get("/healthz")
+    probe_errors: dict[int | str, dict[str, Any]] = {503: {"description": "not live / not ready"}}
+
+    @app.get("/healthz", responses=probe_errors)
     def healthz() -> JSONResponse:
         """Liveness: 200 while the runtime runs, 503 otherwise."""
         body = {
@@ -149,9 +231,9 @@ def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
             "grouper": runtime.service.grouper_name,
             "requests": runtime.projection.counts(),
         }
-        return JSONResponse(body, status_code=200 if runtime.running else 503)
+        return _JSON(body, status_code=200 if runtime.running else 503)
 
-    @app.get("/readyz")
+    @app.get("/readyz", responses=probe_errors)
     def readyz() -> JSONResponse:
         """Readiness: 200 when the schema is at head and the read model has caught up."""
         problems: list[str] = []
@@ -161,7 +243,8 @@ def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
         except SchemaOutOfDate as e:
             problems.append(str(e))
         except EventStoreError as e:
-            return _error(503, f"the event log is unreachable: {e}", retry_after=5)
+            return _error(503, f"the event log is unreachable: {e}", retry_after=_LOG_RETRY_SECONDS)
+        runtime.wait_until_read(head, timeout=0)
         lag = max(0, head - runtime.projection.position)
         if lag > _READY_LAG_EVENTS:
             problems.append(f"read model {lag} events behind the log")
@@ -176,7 +259,7 @@ def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
             "read_model_lag": lag,
             "problems": problems,
         }
-        return JSONResponse(body, status_code=200 if not problems else 503)
+        return _JSON(body, status_code=200 if not problems else 503)
 
 
 def _domain_request(index: int, item: MachineRequestBody) -> MachineRequest:
@@ -188,13 +271,27 @@ def _domain_request(index: int, item: MachineRequestBody) -> MachineRequest:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def malformed(_: Request, error: RequestValidationError) -> JSONResponse:
+        # Field and reason only: echoing the input back could mean megabytes, a NaN or a lone
+        # surrogate that JSON cannot carry, turning a refusal into a 500.
+        detail = [
+            {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in error.errors()
+        ]
+        return _JSON({"detail": detail}, status_code=422)
+
+    @app.exception_handler(EventStoreError)
+    async def unreadable(_: Request, error: EventStoreError) -> JSONResponse:
+        log.error("request failed: event log unreadable", error=str(error))
+        return _error(503, f"the event log is unreachable: {error}", retry_after=_LOG_RETRY_SECONDS)
+
     @app.exception_handler(InvalidRequest)
     async def invalid(_: Request, error: InvalidRequest) -> JSONResponse:
         loc: list[object] = ["body", "requests", error.index]
         if error.field is not None:
             loc.append(error.field)
         detail = [{"loc": loc, "msg": str(error), "type": "value_error"}]
-        return JSONResponse({"detail": detail}, status_code=422)
+        return _JSON({"detail": detail}, status_code=422)
 
     @app.exception_handler(RequestRejected)
     async def rejected(_: Request, error: RequestRejected) -> JSONResponse:
@@ -203,7 +300,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(LogUnavailable)
     async def unavailable(_: Request, error: LogUnavailable) -> JSONResponse:
         log.error("request failed: event log unavailable", error=str(error))
-        return _error(503, str(error), retry_after=5)
+        return _error(503, str(error), retry_after=_LOG_RETRY_SECONDS)
 
     @app.exception_handler(LogContention)
     async def contention(_: Request, error: LogContention) -> JSONResponse:
@@ -211,9 +308,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RuntimeStopped)
     async def stopped(_: Request, error: RuntimeStopped) -> JSONResponse:
-        return _error(503, str(error), retry_after=5)
+        return _error(503, str(error), retry_after=_LOG_RETRY_SECONDS)
 
 
 def _error(code: int, detail: object, *, retry_after: int | None = None) -> JSONResponse:
     headers = None if retry_after is None else {"Retry-After": str(retry_after)}
-    return JSONResponse({"detail": detail}, status_code=code, headers=headers)
+    return _JSON({"detail": detail}, status_code=code, headers=headers)

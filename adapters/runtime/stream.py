@@ -44,6 +44,7 @@ from fleetledger.eventstore import (
     NO_STREAM,
     EventStore,
     Fenced,
+    InvalidEvent,
     NewEvent,
     RecordedEvent,
     StreamAppend,
@@ -302,24 +303,44 @@ class HostedStream(Generic[S, C, E]):
         return submission.result
 
     def _run_group(self, group: list[_Submission[C, E]]) -> None:
-        pending = group
         try:
-            for _ in range(self._retry.conflict_attempts):
-                pending = self._attempt(pending)
-                if not pending:
-                    return
-            error = LogContention(
-                f"{self.stream_id} kept changing under this process through "
-                f"{self._retry.conflict_attempts} attempts; is another controller writing to it? "
-                "Run one leader per database"
-            )
-            for submission in pending:
-                submission.finish(error=error)
+            self._settle(group)
+        except InvalidEvent as e:
+            undecided = [submission for submission in group if not submission.done]
+            if len(undecided) > 1:
+                # One caller's events cannot be stored (too large, a value the database
+                # refuses): decide each alone, so only the offender is refused and the stream
+                # keeps going.
+                log.warning(
+                    "a group's events could not be stored; deciding its callers one by one",
+                    stream=self.stream_id,
+                    callers=len(undecided),
+                    error=str(e),
+                )
+                for submission in undecided:
+                    self._run_group([submission])
+                return
+            for submission in undecided:
+                submission.finish(error=e)
         except BaseException as e:
             for submission in group:
                 if not submission.done:
                     submission.finish(error=e)
             raise
+
+    def _settle(self, group: list[_Submission[C, E]]) -> None:
+        pending = group
+        for _ in range(self._retry.conflict_attempts):
+            pending = self._attempt(pending)
+            if not pending:
+                return
+        error = LogContention(
+            f"{self.stream_id} kept changing under this process through "
+            f"{self._retry.conflict_attempts} attempts; is another controller writing to it? "
+            "Run one leader per database"
+        )
+        for submission in pending:
+            submission.finish(error=error)
 
     def _attempt(self, group: list[_Submission[C, E]]) -> list[_Submission[C, E]]:
         """Decide and append ``group`` once; the submissions still to retry (after a conflict

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from datetime import datetime
 
@@ -20,9 +21,11 @@ from fleetledger.eventstore import (
     AppendResult,
     EventStore,
     Fenced,
+    InvalidEvent,
     NewEvent,
     StoreUnavailable,
     StreamAppend,
+    open_store,
 )
 
 from .test_example_aggregate import COUNTER, EPOCH, Command, Counter, Event, Increment
@@ -110,6 +113,42 @@ class TestGroupDecisions:
 
         assert list(errors) == ["bad"]
         assert stream.state.total == 3
+
+
+class TestPoison:
+    def test_events_that_cannot_be_stored_fail_only_their_caller(self, store_url: str) -> None:
+        """A caller whose event is over the size limit is refused alone; the others of its
+        group land and the stream goes on."""
+        with contextlib.closing(open_store(store_url, max_event_bytes=2000)) as small:
+            gated = GatedStore(small)
+            stream: Hosted = HostedStream(gated, COUNTER, "counter-p", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+            errors: dict[str, BaseException] = {}
+
+            def call(request_id: str) -> None:
+                try:
+                    stream.execute(plan(request_id))  # type: ignore[arg-type]
+                except InvalidEvent as e:
+                    errors[request_id[:3]] = e
+
+            threads = [
+                threading.Thread(target=call, args=(r,)) for r in ("r-0", "big" * 1000, "r-1")
+            ]
+            threads[0].start()
+            assert gated.entered.wait(10)
+            for thread in threads[1:]:
+                thread.start()
+            wait_for(lambda: stream.queued() == 2)
+            gated.gate.set()
+            for thread in threads:
+                thread.join(10)
+            stream.execute(plan("r-2"))  # type: ignore[arg-type]
+
+            assert list(errors) == ["big"]
+            assert [e.data["request_id"] for e in small.read_stream("counter-p")] == [
+                "r-0",
+                "r-1",
+                "r-2",
+            ]
 
 
 class Fencing:
