@@ -29,6 +29,7 @@ import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.runtime import LogFollower, NoFencing, RetryPolicy, ThreadRunner, Writer
+from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactors
 from fleetledger.domain.ipam import IpamConfig
@@ -94,7 +95,6 @@ class IpamRuntime:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.leadership = leadership
         self._threads = threads
-        self._manage_leadership = manage_leadership
         if writer is None:
             writer = Writer(
                 actor=actor,
@@ -118,10 +118,12 @@ class IpamRuntime:
         self.projection = SubnetsProjection()
         self._follower = LogFollower(store, self.projection)
         self._running = False
-        self._leading = threading.Event()
-        if leadership is not None:
-            leadership.on_elected(self._lead)
-            leadership.on_deposed(self._follow)
+        self.duties = Duties(
+            leadership,
+            on_lead=self._lead,
+            on_follow=self._follow,
+            manage_leadership=manage_leadership,
+        )
 
     @property
     def running(self) -> bool:
@@ -130,7 +132,7 @@ class IpamRuntime:
     @property
     def leading(self) -> bool:
         """Whether this process calls the allocator now."""
-        return self._leading.is_set()
+        return self.duties.leading
 
     def reactor_failures(self) -> list[str]:
         """What stopped the allocator reactor, if anything did (for readiness)."""
@@ -145,17 +147,7 @@ class IpamRuntime:
         self.projection.catch_up(self.store)
         if self._threads:
             self._follower.start()
-        if self.leadership is None:
-            self._lead(None)
-        else:
-            term = self.leadership.term()
-            if term is not None:
-                self._lead(term)
-            elif self._manage_leadership:
-                if self._threads:
-                    self.leadership.start()
-                else:
-                    self.leadership.step()
+        self.duties.start(threads=self._threads)
         log.info("ipam runtime started", subnets=len(self.projection.subnets()))
         return self
 
@@ -165,13 +157,12 @@ class IpamRuntime:
         if not self._running:
             return
         self._running = False
-        self._leading.clear()
+        self.duties.relinquish()
         self._reactors.stop(timeout)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         self._follower.stop(timeout)
-        if self.leadership is not None and self._manage_leadership:
-            self.leadership.stop(timeout)
+        self.duties.release(timeout)
         log.info("ipam runtime stopped")
 
     def __enter__(self) -> IpamRuntime:
@@ -200,9 +191,6 @@ class IpamRuntime:
     # -- leading and following -------------------------------------------------------------------
 
     def _lead(self, term: int | None) -> None:
-        if not self._running:
-            return
-        self._leading.set()
         log.info("settling every subnet's allocator calls", term=term)
         self.reactions.resume()
         if self._threads:
@@ -210,5 +198,4 @@ class IpamRuntime:
 
     def _follow(self, reason: str) -> None:
         # Called from whichever thread noticed; a fenced append cannot land anyway.
-        self._leading.clear()
         self._reactors.stop(timeout=0)

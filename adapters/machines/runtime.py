@@ -26,8 +26,6 @@ they choose.
 
 from __future__ import annotations
 
-import threading
-
 import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
@@ -41,6 +39,7 @@ from fleetledger.adapters.runtime import (
     ThreadRunner,
     Writer,
 )
+from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactor, Reactors
 from fleetledger.domain.grouper import (
@@ -93,6 +92,7 @@ class MachinesRuntime:
         leadership: Leadership | None = None,
         reactor_poll_seconds: float = 1.0,
         stop_timeout: float = 30.0,
+        manage_leadership: bool = True,
     ) -> None:
         self.store = store
         self.cloud = cloud
@@ -154,12 +154,14 @@ class MachinesRuntime:
         )
         self.machines = Machines(self.service, running=lambda: self._running)
         self._running = False
-        self._leading = threading.Event()
+        self.duties = Duties(
+            leadership,
+            on_lead=self._lead,
+            on_follow=self._follow,
+            manage_leadership=manage_leadership,
+        )
         self.service.on_change(self.driver.wake)
         self.service.on_sealed(self._sealed_here)
-        if leadership is not None:
-            leadership.on_elected(self._lead)
-            leadership.on_deposed(self._follow)
 
     @property
     def running(self) -> bool:
@@ -168,17 +170,17 @@ class MachinesRuntime:
     @property
     def leading(self) -> bool:
         """Whether this process runs the driver, the coordinator and the reactors now."""
-        return self._leading.is_set()
+        return self.duties.leading
 
     @property
     def role(self) -> str:
         """``leader`` or ``follower`` (a runtime without leadership leads while it runs)."""
-        return "leader" if self.leading else "follower"
+        return self.duties.role
 
     @property
     def term(self) -> int | None:
         """The leader term this process leads in, if it was elected."""
-        return None if self.leadership is None else self.leadership.term()
+        return self.duties.term
 
     def wait_until_read(self, position: int, *, timeout: float) -> bool:
         """Block until the read model has folded the log up to ``position`` (True), or
@@ -199,15 +201,10 @@ class MachinesRuntime:
             return self
         self.service.load()
         self._running = True
-        if self.leadership is None:
-            self._lead(None)
+        self.duties.start(threads=self._threads)
         self.projection.catch_up(self.store)
         if self._threads:
             self._follower.start()
-            if self.leadership is not None:
-                self.leadership.start()
-        elif self.leadership is not None:
-            self.leadership.step()
         log.info(
             "machines runtime started",
             grouper=self.service.grouper_name,
@@ -239,15 +236,14 @@ class MachinesRuntime:
                 "batches still in flight at shutdown; they resume on the next leader",
                 batches=list(self.coordinator.in_flight()),
             )
-        self._leading.clear()
+        self.duties.relinquish()
         if isinstance(self._runner, ThreadRunner):
             self._runner.shutdown(wait=False)
         answered = self.service.fail_waiting(RuntimeStopped(SHUTTING_DOWN))
         if answered:
             log.info("told waiting callers the controller is shutting down", callers=answered)
         self._follower.stop()
-        if self.leadership is not None:
-            self.leadership.stop()
+        self.duties.release()
         log.info("machines runtime stopped", grouper=self.service.grouper_name)
 
     def __enter__(self) -> MachinesRuntime:
@@ -259,9 +255,6 @@ class MachinesRuntime:
     # -- leading and following -------------------------------------------------------------------
 
     def _lead(self, term: int | None) -> None:
-        if not self._running and self.leadership is not None:
-            return
-        self._leading.set()
         unfinished = self.service.unfinished_batches()
         if unfinished:
             log.info(
@@ -279,7 +272,6 @@ class MachinesRuntime:
     def _follow(self, reason: str) -> None:
         # Called from whichever thread noticed (possibly the driver's or a batch's): signal the
         # duties to stop without waiting for them; a fenced append cannot land anyway.
-        self._leading.clear()
         self.driver.stop(timeout=0)
         self._reactors.stop(timeout=0)
 

@@ -23,6 +23,7 @@ from .aggregate import Aggregate, SnapshotCodec
 from .appends import RetryPolicy, append_decision
 from .codec import EVENT_ID_NAMESPACE, LEADER_TERM_KEY, EventCodec, correlation_of, event_id
 from .driver import ClockDriver
+from .duties import Duties
 from .errors import CommandRefused, Deposed, HostError, LogContention, LogUnavailable
 from .follower import LogFollower, ReadModel
 from .runners import InlineRunner, TaskRunner, ThreadRunner
@@ -47,6 +48,7 @@ __all__ = [
     "Companions",
     "Decision",
     "Deposed",
+    "Duties",
     "EventCodec",
     "Fencing",
     "Folded",

@@ -28,6 +28,7 @@ import structlog
 from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.cluster import ClusterGateway
 from fleetledger.adapters.runtime import NoFencing, RetryPolicy, Writer
+from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.eventstore import EventStore
 
@@ -55,6 +56,7 @@ class TestbedsRuntime:
         clock: Clock | None = None,
         threads: bool = True,
         leadership: Leadership | None = None,
+        manage_leadership: bool = True,
         actor: str = "fleetledger",
         namespace: str = "default",
         priority_class: str = "fleetledger-batch",
@@ -85,12 +87,14 @@ class TestbedsRuntime:
             release_completed=release_completed,
         )
         self._running = False
-        self._leading = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        if leadership is not None:
-            leadership.on_elected(self._lead)
-            leadership.on_deposed(self._follow)
+        self.duties = Duties(
+            leadership,
+            on_lead=self._lead,
+            on_follow=self._follow,
+            manage_leadership=manage_leadership,
+        )
 
     @property
     def running(self) -> bool:
@@ -98,7 +102,7 @@ class TestbedsRuntime:
 
     @property
     def leading(self) -> bool:
-        return self._leading.is_set()
+        return self.duties.leading
 
     # -- one pass --------------------------------------------------------------------------------
 
@@ -144,12 +148,7 @@ class TestbedsRuntime:
             return self
         self.service.catch_up()
         self._running = True
-        if self.leadership is None:
-            self._lead(None)
-        elif self._threads:
-            self.leadership.start()
-        else:
-            self.leadership.step()
+        self.duties.start(threads=self._threads)
         log.info("testbeds runtime started", testbeds=list(self.service.testbeds()))
         return self
 
@@ -158,11 +157,11 @@ class TestbedsRuntime:
         if not self._running:
             return
         self._running = False
+        self.duties.relinquish()
         self._follow("stopping")
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-        if self.leadership is not None:
-            self.leadership.stop()
+        self.duties.release(timeout)
         log.info("testbeds runtime stopped")
 
     def __enter__(self) -> TestbedsRuntime:
@@ -172,9 +171,6 @@ class TestbedsRuntime:
         self.stop()
 
     def _lead(self, term: int | None) -> None:
-        if not self._running and self.leadership is not None:
-            return
-        self._leading.set()
         if not self._threads:
             return
         # Cleared first: a pass thread still winding down from a previous term keeps running.
@@ -185,7 +181,6 @@ class TestbedsRuntime:
         self._thread.start()
 
     def _follow(self, reason: str) -> None:
-        self._leading.clear()
         self._stopping.set()
         self.store.wake()
 
