@@ -10,6 +10,10 @@ Quick start::
 
 Postgres (``postgresql+psycopg://…``) is the production backend; embedded SQLite serves
 development and the simulator. Both pass the same contract tests.
+
+Fencing: an event whose metadata carries ``"leader_term"`` (a positive int) is refused, with its
+whole append, as :class:`Fenced` when a higher term has been recorded (``store.leader_term()``);
+a higher term becomes the recorded one. The database checks it in the insert's own transaction.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from fleetledger.eventstore.errors import (
     CorruptLog,
     DuplicateEventId,
     EventStoreError,
+    Fenced,
     InvalidEvent,
     SchemaOutOfDate,
     StoreUnavailable,
@@ -53,6 +58,7 @@ __all__ = [
     "EventStore",
     "EventStoreError",
     "ExpectedVersion",
+    "Fenced",
     "Handler",
     "InvalidEvent",
     "NewEvent",

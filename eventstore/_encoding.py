@@ -9,6 +9,7 @@ serializer that changes between versions.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 import uuid
@@ -32,6 +33,8 @@ __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "EXPECT_ANY",
     "EXPECT_EXISTS",
+    "LEADER_TERM_KEY",
+    "MAX_LEADER_TERM",
     "PreparedAppend",
     "PreparedEvent",
     "canonical_json",
@@ -48,6 +51,11 @@ MAX_NAME_LENGTH = 200
 EXPECT_ANY = -1
 EXPECT_EXISTS = -2
 
+LEADER_TERM_KEY = "leader_term"
+"""The metadata key of an event's fencing term (see ``EventStore.leader_term``)."""
+MAX_LEADER_TERM = 2**63 - 1
+"""Terms are stored as Postgres ``bigint``."""
+
 
 # The prepared forms are NamedTuples rather than frozen dataclasses: they are built on every
 # append, and a frozen dataclass's __init__ (one object.__setattr__ per field) costs several times
@@ -61,6 +69,8 @@ class PreparedEvent(NamedTuple):
     schema_version: int
     data_text: str
     metadata_text: str
+    term: int
+    """The leader term in the metadata, 0 when there is none."""
 
 
 class PreparedAppend(NamedTuple):
@@ -69,6 +79,10 @@ class PreparedAppend(NamedTuple):
     expected: int
     """A version >= 0 (0: the stream must not exist), EXPECT_ANY or EXPECT_EXISTS."""
     expected_label: ExpectedVersion
+    first_term: int
+    """The lowest (first) leader term its events carry, 0 when none carries one."""
+    last_term: int
+    """The highest (last) leader term its events carry, 0 when none carries one."""
 
 
 def _refuse(value: object) -> object:
@@ -223,7 +237,37 @@ def _prepare_event(event: object, *, max_event_bytes: int) -> PreparedEvent:
             "Store large payloads elsewhere and append a reference"
         )
     event_id, event_id_bytes = _event_id(event.event_id)
-    return PreparedEvent(event_id, event_id_bytes, event_type, version, data_text, metadata_text)
+    term = _leader_term(metadata, event_type) if LEADER_TERM_KEY in metadata else 0
+    return PreparedEvent(
+        event_id, event_id_bytes, event_type, version, data_text, metadata_text, term
+    )
+
+
+def _leader_term(metadata: Mapping[str, object], event_type: str) -> int:
+    term = metadata[LEADER_TERM_KEY]
+    if type(term) is not int or not 1 <= term <= MAX_LEADER_TERM:
+        raise InvalidEvent(
+            f"metadata {LEADER_TERM_KEY!r} of {event_type!r} must be a leader's term, an integer "
+            f"from 1 to {MAX_LEADER_TERM}, got {term!r}; leave the key out of appends that "
+            "are not fenced"
+        )
+    return term
+
+
+def _term_span(carried: Sequence[int], stream_id: str | None) -> tuple[int, int]:
+    """The first and last of the terms ``carried`` by an append's events (to ``stream_id``, or
+    of append_many for None), refusing terms that go down: the terms in the log never decrease,
+    so such an append could never be written whole."""
+    if not carried:
+        return 0, 0
+    for earlier, later in itertools.pairwise(carried):
+        if later < earlier:
+            where = "append_many" if stream_id is None else f"append to {stream_id!r}"
+            raise InvalidEvent(
+                f"{where} carries leader term {later} after term {earlier}; "
+                "the events of one append must not go back to an older term"
+            )
+    return carried[0], carried[-1]
 
 
 def prepare_append(
@@ -248,13 +292,15 @@ def prepare_append(
     label: ExpectedVersion = (
         expected_version if isinstance(expected_version, _ExpectedVersionMarker) else expected
     )
-    return PreparedAppend(stream, prepared, expected, label)
+    first_term, last_term = _term_span([e.term for e in prepared if e.term], stream)
+    return PreparedAppend(stream, prepared, expected, label, first_term, last_term)
 
 
 def prepare_many(
     appends: Sequence[StreamAppend], *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
 ) -> tuple[PreparedAppend, ...]:
-    """Validate a multi-stream append; streams come back sorted by id (the lock order)."""
+    """Validate a multi-stream append; streams stay in the caller's order, which is the order
+    of their events in the log (a cause listed before its effects gets the lower positions)."""
     if isinstance(appends, (str, bytes)) or not isinstance(appends, Sequence) or not appends:
         raise InvalidEvent("append_many needs a non-empty list of StreamAppend")
     prepared: list[PreparedAppend] = []
@@ -272,4 +318,5 @@ def prepare_many(
     ids = [e.event_id for p in prepared for e in p.events]
     if len(set(ids)) != len(ids):
         raise InvalidEvent("append_many repeats an event id")
-    return tuple(sorted(prepared, key=lambda p: p.stream_id))
+    _term_span([t for p in prepared for t in (p.first_term, p.last_term) if t], None)
+    return tuple(prepared)

@@ -3,8 +3,16 @@
 One algorithm for every backend. It works on a :class:`LogView` — the head of the log, the
 versions of the group's streams and whichever of the group's event ids are already stored — and
 returns the rows to insert plus one outcome per caller. Each caller is judged on its own (a
-conflict never fails another caller of the same group) and in queue order, so a later caller sees
-what an earlier one in the same group wrote.
+conflict or a stale leader term never fails another caller of the same group) and in queue order,
+so a later caller sees what an earlier one in the same group wrote. Rows are placed in queue order
+and, within a caller's append, in the order it lists its streams and events: a cause appended
+before its effects precedes them in the log.
+
+Fencing: the view carries the highest leader term recorded so far. A caller whose events carry a
+lower term is refused with ``Fenced``; one carrying a higher term raises it for the callers after
+it. The terms in the log therefore never decrease along global positions, so the rows of a plan
+are fenced rightly by checking their first term and recording their last, which is what the
+Postgres appender's statement has the database do again (migration 0002).
 
 The backends differ only in how they obtain a view they can trust: SQLite reads it inside its
 write transaction; Postgres plans optimistically on a cached view and lets unique constraints
@@ -25,12 +33,17 @@ from fleetledger.eventstore._encoding import (
     PreparedEvent,
 )
 from fleetledger.eventstore._types import AppendResult
-from fleetledger.eventstore.errors import DuplicateEventId, EventStoreError, WrongExpectedVersion
+from fleetledger.eventstore.errors import (
+    DuplicateEventId,
+    EventStoreError,
+    Fenced,
+    WrongExpectedVersion,
+)
 
 __all__ = ["AppendOutcome", "EventRow", "GroupPlan", "LogView", "StoredEvent", "plan_group"]
 
 AppendOutcome = list[AppendResult] | EventStoreError
-"""What one caller gets: its results (one per stream, sorted by stream id) or its error."""
+"""What one caller gets: its results (one per stream, in its order) or its error."""
 
 
 # The records below are NamedTuples, not frozen dataclasses, because every append builds them and
@@ -54,6 +67,8 @@ class LogView:
     stored: dict[str, StoredEvent] = field(default_factory=dict)
     """The group's event ids (canonical text) that are already stored (empty when none are, or
     unknown)."""
+    term: int = 0
+    """The highest leader term recorded (0 when none)."""
 
     def advance(self, plan: GroupPlan) -> None:
         """Apply a committed plan, so the view stays valid for the next group."""
@@ -62,6 +77,7 @@ class LogView:
             self.head_position, self.head_hash = last.global_position, last.hash
         self.versions.update(plan.stream_versions)
         self.stored = {}
+        self.term = plan.term
 
 
 class EventRow(NamedTuple):
@@ -83,6 +99,10 @@ class GroupPlan(NamedTuple):
     """Final versions of the streams this plan writes to."""
     has_rejections: bool
     """Whether some caller's outcome is an error."""
+    term: int
+    """The highest leader term recorded once the plan is committed."""
+    first_term: int
+    """The lowest leader term a row carries, 0 when none carries one."""
 
 
 def plan_group(
@@ -92,15 +112,16 @@ def plan_group(
     since the Unix epoch)."""
     # The view is read, never changed: a plan that fails to commit leaves it as it was. What this
     # group writes is tracked on the side (``written``, ``stored``) and consulted first.
-    head_position, head_hash = view.head_position, view.head_hash
+    head_position, head_hash, term = view.head_position, view.head_hash, view.term
     written: dict[str, int] = {}
     stored: dict[str, StoredEvent] = dict(view.stored)
     last_item = len(items) - 1
     rows: list[EventRow] = []
     outcomes: list[AppendOutcome] = []
     rejections = False
+    first_term = 0
     for index, item in enumerate(items):
-        outcome = _judge(item, written, view.versions, stored)
+        outcome = _judge(item, written, view.versions, stored, term)
         if outcome is not None:
             outcomes.append(outcome)
             rejections = rejections or isinstance(outcome, EventStoreError)
@@ -134,8 +155,11 @@ def plan_group(
                     stored[event.event_id] = StoredEvent(stream_id, version, head_position)
             written[stream_id] = version
             results.append(AppendResult(first, head_position, version))
+            if append.first_term and not first_term:
+                first_term = append.first_term
+            term = max(term, append.last_term)
         outcomes.append(results)
-    return GroupPlan(tuple(rows), tuple(outcomes), written, rejections)
+    return GroupPlan(tuple(rows), tuple(outcomes), written, rejections, term, first_term)
 
 
 def _current_version(
@@ -151,13 +175,19 @@ def _judge(
     written: Mapping[str, int],
     stored_versions: Mapping[str, int],
     stored: Mapping[str, StoredEvent],
+    term: int,
 ) -> AppendOutcome | None:
     """None when the item may be written; its original result if it is a faithful replay;
     otherwise its error."""
     if stored:
+        # Before the fence: re-sending an append that landed while its writer still led must
+        # return the original result, not tell it now that it was deposed.
         replay = _replay(item, stored)
         if replay is not None:
             return replay
+    for append in item:
+        if append.first_term and append.first_term < term:
+            return Fenced(append.first_term, term)
     for append in item:
         actual = _current_version(append.stream_id, written, stored_versions)
         expected = append.expected

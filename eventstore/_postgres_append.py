@@ -9,12 +9,14 @@ violation. Global position order is therefore commit order, and a reader tailing
 same guarantee an advisory lock would give, without its extra statement on every append.
 
 A stale view (another process appended meanwhile) shows up as a unique violation on position,
-stream version or event id; the appender then reads a fresh view — head, the group's stream
-versions and whichever of its event ids are stored — in one query and plans again. A rejection
-planned from the cache is never trusted: it is re-checked against a fresh view first. In steady
-state (one controller process writing) an append is one round trip: one INSERT statement (which
-also registers a stream it opens), committed at once; ``on_commit`` then arranges the wake-up
-for other processes.
+stream version or event id, or — when another process raised the leader term — as the fence's
+refusal (SQLSTATE ``LT001``, migration 0002); the appender then reads a fresh view —
+head, recorded term, the group's stream versions and whichever of its event ids are stored — in
+one query and plans again, which refuses exactly the callers whose term is stale as ``Fenced``.
+A rejection planned from the cache is never trusted: it is re-checked against a fresh view
+first. In steady state (one controller process writing) an append is one round trip: one INSERT
+statement (which also registers a stream it opens), committed at once; ``on_commit`` then
+arranges the wake-up for other processes.
 
 The statements are prepared once per connection and executed through psycopg's libpq binding
 (``pgconn.exec_prepared``) rather than a cursor: their parameters are encoded here already and
@@ -54,15 +56,20 @@ __all__ = ["NOTIFY_CHANNEL", "PostgresAppender"]
 NOTIFY_CHANNEL = "fleetledger_events"
 MAX_ATTEMPTS = 50
 MAX_CACHED_STREAMS = 100_000
+FENCED_SQLSTATE = b"LT001"
+"""What ``fleetledger_fence`` raises (migrations/versions/0002_fencing.py)."""
 
-# Three prepared statements, each one round trip that inserts the group's rows:
+# Four prepared statements, each one round trip that inserts the group's rows:
 #
 # - a lone row of an existing stream — every append of a lone writer — goes as parameters
 #   straight into the columns with a plain INSERT, the cheapest form the server runs (a
 #   data-modifying CTE costs about a tenth more per commit, measured with pgbench);
 # - several rows travel as ONE text parameter, a JSON array with one object per row assembled from
 #   the canonical texts the planner already holds, so a group of any size is one statement;
-# - a group that opens a stream also registers it in ``streams``, in a CTE beside the insert.
+# - a group that opens a stream also registers it in ``streams``, in a CTE beside the insert;
+# - a group whose rows carry leader terms has the database fence them in the same statement:
+#   ``fleetledger_fence(first, last)`` takes the fencing row's lock (and raises the recorded
+#   term, or refuses the statement) before any row is produced. Only fenced groups pay for it.
 #
 # ``json`` columns keep their input text verbatim, and ``json_to_recordset`` hands a ``json`` field
 # back as its exact source text: the stored bodies are the texts the hash chain covers (verify()
@@ -77,6 +84,7 @@ _ROWS_FROM_JSON = """json_to_recordset($1::text::json)
 # Type OIDs and wire formats of the binary parameters (fixed by the Postgres protocol).
 _INT4, _INT8, _TEXT, _UUID, _JSON, _TIMESTAMPTZ, _BYTEA = 23, 20, 25, 2950, 114, 1184, 17
 _TXT, _BINARY = pq.Format.TEXT, pq.Format.BINARY
+_FAILED, _SQLSTATE = pq.ExecStatus.FATAL_ERROR, pq.DiagnosticField.SQLSTATE
 _POSTGRES_EPOCH_US = 946_684_800_000_000
 """Microseconds from the Unix epoch to 2000-01-01 UTC, where binary timestamps count from."""
 _int8 = struct.Struct(">q").pack
@@ -113,8 +121,25 @@ WITH batch AS (
 SELECT 1
 """
 
+_INSERT_FENCED_NAME = b"fleetledger_append_fenced"
+_INSERT_FENCED = f"""
+WITH fence AS (
+  SELECT fleetledger_fence($2::bigint, $3::bigint) AS ok
+), batch AS (
+  SELECT * FROM {_ROWS_FROM_JSON}
+), new_events AS (
+  INSERT INTO events ({_COLUMNS})
+  SELECT p, s, v, i, t, sv, d, m, at, decode(h, 'hex') FROM fence, batch WHERE fence.ok
+), new_streams AS (
+  INSERT INTO streams (stream_id, category, first_position)
+  SELECT s, split_part(s, '-', 1), p FROM batch WHERE v = 1
+  ON CONFLICT (stream_id) DO NOTHING
+)
+SELECT 1
+"""
+
 _VIEW = """
-SELECT head.global_position, head.hash,
+SELECT head.global_position, head.hash, (SELECT term FROM fencing WHERE id = 1),
        (SELECT json_object_agg(sid, (SELECT stream_version FROM events
                                       WHERE stream_id = sid
                                       ORDER BY stream_version DESC LIMIT 1))
@@ -171,7 +196,9 @@ class PostgresAppender:
             if plan.rows:
                 try:
                     self._insert(plan)
-                except pg_errors.UniqueViolation:
+                except (pg_errors.UniqueViolation, _FenceMoved, pg_errors.DeadlockDetected):
+                    # Nothing of the statement was written. A deadlock is possible only between
+                    # transactions that mix fenced rows (see migration 0002) and is retried alike.
                     view = None
                     continue
             view.advance(plan)
@@ -207,11 +234,12 @@ class PostgresAppender:
         ids = [e.event_id for item in items for a in item for e in a.events]
         row = self._connected().execute(_VIEW, (stream_ids, ids), prepare=True).fetchone()
         assert row is not None
-        position, digest, versions, stored = row
+        position, digest, term, versions, stored = row
         view = self._view if self._view is not None else LogView()
         view.head_position, view.head_hash = (
             (int(position), bytes(digest)) if position is not None else (0, GENESIS_HASH)
         )
+        view.term = int(term or 0)
         for stream_id in stream_ids:
             found = (versions or {}).get(stream_id)
             view.versions[stream_id] = 0 if found is None else int(found)
@@ -224,13 +252,22 @@ class PostgresAppender:
     def _insert(self, plan: GroupPlan) -> None:
         rows = plan.rows
         pgconn = self._connected().pgconn
-        if len(rows) == 1 and rows[0].stream_version != 1:
+        if plan.first_term:
+            fence = (str(plan.first_term).encode(), str(plan.term).encode())
+            result = pgconn.exec_prepared(_INSERT_FENCED_NAME, (_json_rows(rows), *fence))
+        elif len(rows) == 1 and rows[0].stream_version != 1:
             result = pgconn.exec_prepared(_INSERT_ONE_NAME, _one_row(rows[0]), _INSERT_ONE_FORMATS)
         else:
             opening = any(r.stream_version == 1 for r in rows)
             statement = _INSERT_OPENING_NAME if opening else _INSERT_GROUP_NAME
             result = pgconn.exec_prepared(statement, (_json_rows(rows),))
+        if result.status == _FAILED and result.error_field(_SQLSTATE) == FENCED_SQLSTATE:
+            raise _FenceMoved
         check_result(pgconn, result)
+
+
+class _FenceMoved(Exception):
+    """The trigger refused a row's term: another process raised it since the view was read."""
 
 
 def _one_row(row: EventRow) -> tuple[bytes, ...]:
@@ -265,6 +302,7 @@ _STATEMENTS: tuple[tuple[bytes, bytes, Sequence[int] | None], ...] = (
     (_INSERT_ONE_NAME, _INSERT_ONE.encode(), _INSERT_ONE_TYPES),
     (_INSERT_GROUP_NAME, _INSERT_GROUP.encode(), None),
     (_INSERT_OPENING_NAME, _INSERT_OPENING.encode(), None),
+    (_INSERT_FENCED_NAME, _INSERT_FENCED.encode(), None),
 )
 
 

@@ -11,9 +11,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["SCHEMA_REVISION", "checkpoints", "events", "metadata", "snapshots", "streams"]
+__all__ = [
+    "SCHEMA_REVISION",
+    "checkpoints",
+    "events",
+    "fencing",
+    "metadata",
+    "snapshots",
+    "streams",
+]
 
-SCHEMA_REVISION = "0001"
+SCHEMA_REVISION = "0002"
 """The Alembic revision this code needs; a test keeps it equal to the migrations' head."""
 
 
@@ -76,3 +84,11 @@ snapshots = sa.Table(
     sa.Column("state", JsonText(), nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )
+
+fencing = sa.Table(
+    "fencing",
+    metadata,
+    sa.Column("id", sa.SmallInteger, primary_key=True, autoincrement=False),
+    sa.Column("term", sa.BigInteger, nullable=False),
+)
+"""One row (id 1): the highest leader term an append has carried (see migration 0002)."""

@@ -3,14 +3,14 @@
 Everything that is not on a hot path goes through SQLAlchemy Core and is shared by both dialects.
 On Postgres an append (a whole group commit) is one prepared INSERT on a dedicated autocommit
 connection (``_postgres_append.py``), wake-ups for other processes follow it (``_wakeups.py``),
-and ``read_all`` uses the driver's cursor directly: both paths are measured against raw psycopg
-by ``fleetledger bench store``.
+and a ``read_all`` page or a ``read_stream`` is one prepared SELECT on the reader's own
+connections (``_postgres_read.py``). ``fleetledger bench store`` measures appends and replay
+against raw psycopg.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -28,7 +28,8 @@ from fleetledger.eventstore._encoding import PreparedAppend
 from fleetledger.eventstore._engine import SQLITE_IMMEDIATE, is_sqlite, libpq_conninfo, make_engine
 from fleetledger.eventstore._planner import AppendOutcome
 from fleetledger.eventstore._postgres_append import NOTIFY_CHANNEL, PostgresAppender
-from fleetledger.eventstore._schema import SCHEMA_REVISION, checkpoints, events, snapshots
+from fleetledger.eventstore._postgres_read import PostgresReader
+from fleetledger.eventstore._schema import SCHEMA_REVISION, checkpoints, events, fencing, snapshots
 from fleetledger.eventstore._sqlite_append import append_in_transaction
 from fleetledger.eventstore._types import RecordedEvent, Snapshot
 from fleetledger.eventstore._wakeups import Notifier
@@ -54,10 +55,6 @@ _EVENT_COLUMNS = (
     events.c.recorded_at,
     events.c.hash,
 )
-_PG_READ_ALL = (
-    "SELECT global_position, stream_id, stream_version, event_id, type, schema_version, "
-    "data::text, metadata::text, recorded_at, hash FROM events WHERE global_position > %s "
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +79,30 @@ def _utc(moment: datetime) -> datetime:
 
 
 # Decoding the bodies is most of the cost of a replay, so it uses orjson (several times faster
-# than the standard library). orjson reads integers beyond 64 bits as floats, though, and the
-# store accepts any JSON integer: a body with a run of 20 or more digits anywhere (a number that
-# may exceed 64 bits, or merely a long digit string) takes the exact standard decoder instead.
+# than the standard library). orjson reads integers outside [-2**63, 2**64) as floats, though, and
+# the store accepts any JSON integer: a body that may hold one — a run of 20 digits, or a minus
+# sign and 19 digits (or merely a long digit string) — takes the exact standard decoder instead.
+#
 # The run is looked for once per page, over all its bodies joined: a search per body would cost
-# half as much as decoding it.
-_may_hold_big_integer = re.compile(r"[0-9]{20}").search
+# half as much as decoding it. And it is looked for as a substring of the text with every digit
+# turned into "0" (a table lookup per character, then a substring search that skips ahead): a
+# regular expression for a digit run costs several times as much, as much as decoding the page
+# with orjson (``fleetledger bench store`` measures replay). str.translate is fast for ASCII only;
+# other text is translated as its UTF-8 bytes.
+_DIGITS_AS_ZEROS = str.maketrans("123456789", "000000000")
+_BYTE_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_BIG_POSITIVE = "0" * 20
+_BIG_NEGATIVE = "-" + "0" * 19
+_BYTES_BIG_POSITIVE = _BIG_POSITIVE.encode()
+_BYTES_BIG_NEGATIVE = _BIG_NEGATIVE.encode()
+
+
+def _may_hold_big_integer(text: str) -> bool:
+    if text.isascii():
+        zeroed = text.translate(_DIGITS_AS_ZEROS)
+        return _BIG_POSITIVE in zeroed or _BIG_NEGATIVE in zeroed
+    zeroed_bytes = text.encode().translate(_BYTE_DIGITS_AS_ZEROS)
+    return _BYTES_BIG_POSITIVE in zeroed_bytes or _BYTES_BIG_NEGATIVE in zeroed_bytes
 
 
 def _decode_body(text: str) -> Any:
@@ -162,6 +177,9 @@ class SqlBackend:
             if self._wake_ups is None
             else PostgresAppender(self._conninfo(), on_commit=self._wake_ups.poke)
         )
+        self._reader = (
+            None if self.is_sqlite else PostgresReader(self._conninfo(), max_idle=pool_size)
+        )
 
     @property
     def engine(self) -> sa.Engine:
@@ -185,6 +203,8 @@ class SqlBackend:
     def close(self) -> None:
         if self._appender is not None:
             self._appender.close()
+        if self._reader is not None:
+            self._reader.close()
         if self._wake_ups is not None:
             self._wake_ups.close()
         self._engine.dispose()
@@ -217,6 +237,12 @@ class SqlBackend:
     def read_stream(
         self, stream_id: str, *, from_version: int, backwards: bool, limit: int | None
     ) -> list[RecordedEvent]:
+        if self._reader is not None:
+            with self._translated("read from"):
+                rows = self._reader.read_stream(
+                    stream_id, from_version=from_version, backwards=backwards, limit=limit
+                )
+            return _recorded_page(rows)
         query = sa.select(*_EVENT_COLUMNS).where(events.c.stream_id == stream_id)
         if backwards:
             query = query.where(events.c.stream_version <= from_version).order_by(
@@ -234,8 +260,10 @@ class SqlBackend:
     def read_all(
         self, *, after: int, limit: int, types: Sequence[str] | None
     ) -> list[RecordedEvent]:
-        if not self.is_sqlite:
-            return self._read_all_postgres(after=after, limit=limit, types=types)
+        if self._reader is not None:
+            with self._translated("read from"):
+                rows = self._reader.read_all(after=after, limit=limit, types=types)
+            return _recorded_page(rows)
         query = sa.select(*_EVENT_COLUMNS).where(events.c.global_position > after)
         if types is not None:
             query = query.where(events.c.type.in_(list(types)))
@@ -243,36 +271,13 @@ class SqlBackend:
         with self._translated("read from"), self._engine.connect() as conn:
             return _recorded_page(conn.execute(query).all())
 
-    def _read_all_postgres(
-        self, *, after: int, limit: int, types: Sequence[str] | None
-    ) -> list[RecordedEvent]:
-        sql = _PG_READ_ALL
-        params: tuple[Any, ...] = (after,)
-        if types is not None:
-            sql += "AND type = ANY(%s) "
-            params += (list(types),)
-        sql += "ORDER BY global_position LIMIT %s"
-        with self._translated("read from"):
-            raw = self._engine.raw_connection()
-            try:
-                # Binary results: numbers, UUIDs, timestamps and the hash arrive without parsing.
-                cursor = raw.driver_connection.cursor(binary=True)  # type: ignore[union-attr]
-                # Reading in position order is always a primary-key range scan. Until autovacuum
-                # has analysed a young (or freshly loaded) log, the planner guesses a sequential
-                # scan plus sort instead, twenty times slower per page; this read rules it out.
-                with raw.driver_connection.pipeline():  # type: ignore[union-attr]
-                    # Pipelined: both statements travel in one round trip.
-                    cursor.execute("SET LOCAL enable_seqscan = off", prepare=True)
-                    cursor.execute(sql, (*params, limit), prepare=True)
-                rows = cursor.fetchall()
-                raw.rollback()
-            finally:
-                raw.close()
-        return _recorded_page(rows)
-
     def head(self) -> int:
         with self._translated("read from"), self._engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar() or 0)
+
+    def leader_term(self) -> int:
+        with self._translated("read from"), self._engine.connect() as conn:
+            return int(conn.execute(sa.select(fencing.c.term)).scalar() or 0)
 
     def stream_version(self, stream_id: str) -> int:
         query = sa.select(sa.func.max(events.c.stream_version)).where(

@@ -1,7 +1,9 @@
 """Group commit on SQLite: read the view and write the plan inside one ``BEGIN IMMEDIATE``.
 
 SQLite has one writer at a time, so the view read under the write lock is exact and global order
-equals commit order without further care.
+equals commit order without further care. The same holds for fencing: the recorded leader term is
+read, judged and raised inside that write transaction, so no append from a deposed term can slip
+in between an election and the check.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sqlalchemy as sa
 from fleetledger.eventstore._chain import from_epoch_micros
 from fleetledger.eventstore._encoding import PreparedAppend
 from fleetledger.eventstore._planner import AppendOutcome, LogView, StoredEvent, plan_group
-from fleetledger.eventstore._schema import events, streams
+from fleetledger.eventstore._schema import events, fencing, streams
 
 __all__ = ["append_in_transaction"]
 
@@ -22,7 +24,8 @@ __all__ = ["append_in_transaction"]
 def append_in_transaction(
     conn: sa.Connection, items: Sequence[tuple[PreparedAppend, ...]], *, recorded_us: int
 ) -> list[AppendOutcome]:
-    plan = plan_group(items, _read_view(conn, items), recorded_us=recorded_us)
+    view = _read_view(conn, items)
+    plan = plan_group(items, view, recorded_us=recorded_us)
     recorded_at = from_epoch_micros(recorded_us)
     if plan.rows:
         conn.execute(
@@ -54,6 +57,8 @@ def append_in_transaction(
         ]
         if new_streams:
             conn.execute(streams.insert(), new_streams)
+    if plan.term != view.term:
+        conn.execute(fencing.update().values(term=plan.term))
     return list(plan.outcomes)
 
 
@@ -66,6 +71,9 @@ def _read_view(conn: sa.Connection, items: Sequence[tuple[PreparedAppend, ...]])
     ).first()
     if head is not None:
         view.head_position, view.head_hash = int(head[0]), bytes(head[1])
+    if any(a.last_term for item in items for a in item):
+        # Only a group carrying terms is judged by, or moves, the recorded one.
+        view.term = int(conn.execute(sa.select(fencing.c.term)).scalar() or 0)
     stream_ids = sorted({a.stream_id for item in items for a in item})
     for stream_id in stream_ids:
         # max() over the (stream_id, stream_version) index prefix is a single index probe.

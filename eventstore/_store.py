@@ -82,8 +82,12 @@ class EventStore:
     ) -> AppendResult:
         """Append ``events`` to one stream atomically.
 
-        Raises WrongExpectedVersion, DuplicateEventId, InvalidEvent or StoreUnavailable. A retry
-        with the same event ids at the same versions returns the original result.
+        Raises WrongExpectedVersion, DuplicateEventId, Fenced, InvalidEvent or StoreUnavailable.
+        A retry with the same event ids at the same versions returns the original result.
+
+        Fencing: an event whose metadata has ``"leader_term"`` (a positive int) is refused, with
+        its whole append, as ``Fenced`` when that term is below :meth:`leader_term`; a higher
+        term becomes the recorded one. The check runs in the transaction of the insert.
         """
         prepared = prepare_append(
             stream_id, events, expected_version, max_event_bytes=self._max_event_bytes
@@ -93,12 +97,11 @@ class EventStore:
     def append_many(self, appends: Sequence[StreamAppend]) -> list[AppendResult]:
         """Append to several streams in one transaction: all or nothing.
 
-        Results come back in the order of ``appends``. A version conflict names the stream; the
-        streams are checked in sorted order, so the first conflicting one (by id) is reported.
+        The events take global positions in the order of ``appends`` (and of each one's
+        events), so list causes before their effects. Results come back in that order too. A
+        version conflict names the first conflicting stream in that order.
         """
-        prepared = prepare_many(appends, max_event_bytes=self._max_event_bytes)
-        results = dict(zip((p.stream_id for p in prepared), self._commit(prepared), strict=True))
-        return [results[a.stream_id] for a in appends]
+        return self._commit(prepare_many(appends, max_event_bytes=self._max_event_bytes))
 
     def _commit(self, item: tuple[PreparedAppend, ...]) -> list[AppendResult]:
         weight = sum([len(a.events) for a in item])
@@ -150,6 +153,10 @@ class EventStore:
     def head(self) -> int:
         """The highest committed global position (0 for an empty log)."""
         return self._backend.head()
+
+    def leader_term(self) -> int:
+        """The highest leader term any committed append carried (0 when none has)."""
+        return self._backend.leader_term()
 
     def _upcast(self, rows: list[RecordedEvent]) -> list[RecordedEvent]:
         if not self._upcasters:

@@ -6,6 +6,8 @@ Exception tree::
      ├── InvalidEvent (ValueError)   the append itself is malformed; nothing was written
      ├── WrongExpectedVersion        a stream was not at the version the caller expected
      ├── DuplicateEventId            an event id is already stored somewhere else in the log
+     ├── Fenced                      the append carries a leader term older than the latest
+     │                               recorded one: its writer was deposed and must stop leading
      ├── StoreUnavailable            the database could not be reached or the connection broke;
      │                               retriable: re-send the same event ids and the append is
      │                               idempotent, so nothing is written twice
@@ -23,6 +25,7 @@ __all__ = [
     "CorruptLog",
     "DuplicateEventId",
     "EventStoreError",
+    "Fenced",
     "InvalidEvent",
     "SchemaOutOfDate",
     "StoreUnavailable",
@@ -64,6 +67,23 @@ class DuplicateEventId(EventStoreError):
             "use a fresh id for a new event, or the original stream and version to retry"
         )
         self.event_id = event_id
+
+
+class Fenced(EventStoreError):
+    """Raised when an append carries a ``leader_term`` (in an event's metadata) below the highest
+    term the log has recorded; nothing of that append was written.
+
+    ``term`` is the refused append's term, ``current_term`` the latest recorded one. Another
+    process has been elected since this one became leader, so it must stop its side effects.
+    """
+
+    def __init__(self, term: int, current_term: int) -> None:
+        super().__init__(
+            f"append from leader term {term} refused: term {current_term} is the latest elected; "
+            "this process is no longer the leader — stop side effects and follow"
+        )
+        self.term = term
+        self.current_term = current_term
 
 
 class StoreUnavailable(EventStoreError):

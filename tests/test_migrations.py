@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from fleetledger.eventstore import SchemaOutOfDate, migrate, open_store
-from fleetledger.eventstore._schema import SCHEMA_REVISION
+from fleetledger.eventstore import Fenced, NewEvent, SchemaOutOfDate, migrate, open_store
+from fleetledger.eventstore._schema import SCHEMA_REVISION, events
 from tests.eventstore.support import new_events, postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLES = {"events", "streams", "checkpoints", "snapshots"}
+TABLES = {"events", "streams", "checkpoints", "snapshots", "fencing"}
 
 
 @pytest.fixture
@@ -157,3 +159,69 @@ class TestConcurrentUpgrades:
         with open_store(empty_url) as store:
             store.append("vm-1", new_events(1))
             assert store.verify().ok
+
+
+def fenced(term: int) -> list[NewEvent]:
+    return [NewEvent("Tested", {}, metadata={"leader_term": term})]
+
+
+def insert_malformed_term(url: str, position: int) -> None:
+    """A row written before revision 0002, whose ``leader_term`` nothing validated then."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                events.insert().values(
+                    global_position=position,
+                    stream_id="old-1",
+                    stream_version=1,
+                    event_id=uuid.uuid4(),
+                    type="Tested",
+                    schema_version=1,
+                    data="{}",
+                    metadata='{"leader_term":"99"}',
+                    recorded_at=datetime.now(UTC),
+                    hash=bytes(32),
+                )
+            )
+    finally:
+        engine.dispose()
+
+
+class TestFencingRevision:
+    def test_downgrade_to_0001_removes_the_fence(self, empty_url: str, backend: str) -> None:
+        """Going back to 0001 drops the fencing table (and on Postgres its trigger and
+        function) and keeps the events; the store then asks for an upgrade."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", fenced(3))
+
+        migrate.downgrade(empty_url, "0001")
+
+        assert "fencing" not in tables(empty_url)
+        assert "events" in tables(empty_url)
+        if backend == "postgres":
+            assert functions(empty_url) == {"fleetledger_refuse_change"}
+            assert guard_refuses_update(empty_url)
+        with pytest.raises(SchemaOutOfDate, match="fleetledger db upgrade"):
+            open_store(empty_url)
+
+    def test_upgrade_starts_the_fence_at_the_highest_term_already_logged(
+        self, empty_url: str
+    ) -> None:
+        """A log that gathered terms before 0002 keeps its deposed writers out after the
+        upgrade; a malformed old value is ignored rather than failing the upgrade."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", fenced(3))
+            store.append("vm-1", fenced(7))
+        migrate.downgrade(empty_url, "0001")
+        insert_malformed_term(empty_url, position=3)
+
+        migrate.upgrade(empty_url)
+
+        with open_store(empty_url) as store:
+            assert store.leader_term() == 7
+            with pytest.raises(Fenced):
+                store.append("vm-1", fenced(6))
+            store.append("vm-1", fenced(7))

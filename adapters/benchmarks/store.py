@@ -7,8 +7,12 @@ a rate is the median of its rounds, and a ratio is the median of the per-round r
 taken against the reference measured beside it — so a passing disturbance (a noisy neighbour, a
 checkpoint) decides neither, and a slow spell of the machine slows both sides of a pair.
 
-The benchmark never writes to the log it is pointed at: on Postgres it creates a scratch database
-on that server (and drops it); on SQLite it uses a scratch file.
+Replay reads its own log — 20,000 events of a ~300-byte nested body, the shape of a machine
+request — in pages of 1,000, against raw psycopg reading the same ten columns and decoding data
+and metadata with ``json.loads``.
+
+The benchmark never writes to the log it is pointed at: on Postgres it creates scratch databases
+on that server (and drops them); on SQLite it uses scratch files.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ WRITE_ROUNDS = 9
 BATCH_ROUNDS = 5
 BATCH_TARGET = 15_000
 READ_PAGE = 1000
+READ_EVENTS = 20_000
+READ_LOAD_BATCH = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,7 @@ class StoreBenchReport:
             f"bench store — {self.backend}, {self.events} events per write test and round",
             f"  medians of interleaved rounds ({WRITE_ROUNDS} single-append, {BATCH_ROUNDS} batch,"
             f" {READ_ROUNDS} read); each ratio pairs rounds run side by side",
+            f"  replay: {READ_EVENTS:,} events of a ~300-byte nested body, pages of {READ_PAGE:,}",
         ]
         for m in self.measurements:
             line = f"  {m.name:<46} {m.rate:>10,.0f} {m.unit:<10}"
@@ -98,6 +105,29 @@ def _event(i: int) -> NewEvent:
         "BenchEvent",
         {"index": i, "node": f"node-{i % 50}", "cpu_milli": 250 * (i % 8), "ok": True},
         metadata={"correlation_id": f"req-{i}", "actor": "bench"},
+    )
+
+
+def _replay_event(i: int) -> NewEvent:
+    """An event of the replay log: a nested body of about 300 bytes and the usual metadata."""
+    return NewEvent(
+        "MachineRequested",
+        {
+            "request_id": f"req-{i:08d}",
+            "template": {
+                "name": f"gpu-pool-{i % 7}",
+                "vm_size": "Standard_NC24ads_A100_v4",
+                "zone": str(1 + i % 3),
+                "labels": {"pool": "batch", "team": "ml-infra", "tier": "spot"},
+            },
+            "count": 1 + i % 4,
+            "nodes": [
+                {"name": f"node-{i % 50}", "cpu_milli": 250 * (i % 8), "memory_mib": 4096},
+                {"name": f"node-{(i + 1) % 50}", "cpu_milli": 500, "memory_mib": 8192},
+            ],
+            "ok": True,
+        },
+        metadata={"correlation_id": f"req-{i:08d}", "causation_id": f"cmd-{i}", "actor": "bench"},
     )
 
 
@@ -133,27 +163,32 @@ def run_store_bench(url: str | None = None, *, events: int = 2000) -> StoreBench
         ):
             writes = _measure_single_appends(store, raw, events)
             batches = _measure_batches(store, scratch if is_postgres else None, events)
+    # Replay reads a log of its own, so its figures do not depend on --events.
+    with _scratch_database(resolve_url(url)) as scratch:
+        migrate.upgrade(scratch)
+        with open_store(scratch) as store:
             reads = _measure_replay(store, scratch if is_postgres else None)
-        raw_minimal, raw_insert = writes.get("raw_minimal"), writes.get("raw_insert")
-        single, threaded = writes["single"], writes["threaded"]
-        measurements = [
-            _compare("raw INSERT minimal row, commit each", raw_minimal, None, None, COMMITS),
-            _compare("raw INSERT event row, commit each", raw_insert, None, None, COMMITS),
-            _compare("append 1 event, 1 writer", single, raw_insert, 0.95, "appends/s"),
-            _versus_minimal("append 1 event, 1 writer", single, raw_minimal),
-            _compare("append 1 event, 8 writers", threaded, raw_insert, 2.0, "appends/s"),
-            _versus_minimal("append 1 event, 8 writers", threaded, raw_minimal),
-            _compare("raw psycopg executemany 100/txn", batches.get("raw"), None, None, "events/s"),
-            _batched(batches["ours"], batches.get("raw")),
-            _compare("raw read data::text + json.loads", reads.get("raw"), None, None, "events/s"),
-            _compare(
-                "read_all replay into RecordedEvent",
-                reads["replay"],
-                reads.get("raw"),
-                1.0,
-                "events/s",
-            ),
-        ]
+    raw_minimal, raw_insert = writes.get("raw_minimal"), writes.get("raw_insert")
+    single, threaded = writes["single"], writes["threaded"]
+    measurements = [
+        _compare("raw INSERT minimal row, commit each", raw_minimal, None, None, COMMITS),
+        _compare("raw INSERT event row, commit each", raw_insert, None, None, COMMITS),
+        _compare("append 1 event, 1 writer", single, raw_insert, 0.95, "appends/s"),
+        _versus_minimal("append 1 event, 1 writer", single, raw_minimal),
+        _fenced(writes["fenced"], single),
+        _compare("append 1 event, 8 writers", threaded, raw_insert, 2.0, "appends/s"),
+        _versus_minimal("append 1 event, 8 writers", threaded, raw_minimal),
+        _compare("raw psycopg executemany 100/txn", batches.get("raw"), None, None, "events/s"),
+        _batched(batches["ours"], batches.get("raw")),
+        _compare("raw read data::text + json.loads", reads.get("raw"), None, None, "events/s"),
+        _compare(
+            "read_all replay into RecordedEvent",
+            reads["replay"],
+            reads.get("raw"),
+            1.0,
+            "events/s",
+        ),
+    ]
     return StoreBenchReport(
         backend="postgres" if is_postgres else "sqlite",
         events=events,
@@ -166,7 +201,8 @@ Rounds = dict[str, list[float]]
 
 
 def _measure_single_appends(store: EventStore, raw: _RawWriter | None, events: int) -> Rounds:
-    """Interleaved rounds of ours with 1 and 8 writers and both raw references."""
+    """Interleaved rounds of ours with 1 and 8 writers, 1 writer fenced to a leader term, and
+    both raw references."""
     rounds: Rounds = {}
     for round_number in range(1, WRITE_ROUNDS + 1):
         rates: dict[str, float] = {}
@@ -177,6 +213,8 @@ def _measure_single_appends(store: EventStore, raw: _RawWriter | None, events: i
         # are: the figures compare storing events, not constructing them.
         singles = _singles(events)
         rates["single"] = _timed(functools.partial(_append_each, store, "bench-single", singles))
+        fenced = _singles(events, leader_term=1)
+        rates["fenced"] = _timed(functools.partial(_append_each, store, "bench-fenced", fenced))
         per_thread = [_singles(events // WRITER_THREADS) for _ in range(WRITER_THREADS)]
         rates["threaded"] = _timed(functools.partial(_append_threaded, store, per_thread))
         log.info(
@@ -190,7 +228,14 @@ def _measure_single_appends(store: EventStore, raw: _RawWriter | None, events: i
     return rounds
 
 
+def _load_replay_log(store: EventStore) -> None:
+    for start in range(0, READ_EVENTS, READ_LOAD_BATCH):
+        events = [_replay_event(i) for i in range(start, start + READ_LOAD_BATCH)]
+        store.append(f"bench-replay-{start // READ_LOAD_BATCH % 20}", events)
+
+
 def _measure_replay(store: EventStore, postgres_url: str | None) -> Rounds:
+    _load_replay_log(store)
     log.info("measuring replay, raw read + decode alternating", events=store.head())
     if postgres_url is not None:
         # Both readers get the plan a settled log has (autovacuum would analyse it soon).
@@ -253,6 +298,17 @@ def _compare(
     return Measurement(name, rate, unit, "raw", ratio, f">= {factor}× raw", ratio >= factor)
 
 
+def _fenced(rates: list[float], unfenced: list[float]) -> Measurement:
+    """What fencing costs a lone writer: the leader's appends beside the same without a term."""
+    return Measurement(
+        "append 1 event with leader_term, 1 writer",
+        statistics.median(rates),
+        "appends/s",
+        "unfenced",
+        _paired_ratio(rates, unfenced),
+    )
+
+
 def _versus_minimal(name: str, rates: list[float], minimal: list[float] | None) -> Measurement:
     if minimal is None:
         return Measurement(name, 0.0, "appends/s")
@@ -270,8 +326,16 @@ def _paired_ratio(rates: list[float], reference: list[float]) -> float:
     return statistics.median(r / ref for r, ref in zip(rates, reference, strict=True))
 
 
-def _singles(count: int) -> list[list[NewEvent]]:
-    return [[_event(i)] for i in range(count)]
+def _singles(count: int, *, leader_term: int | None = None) -> list[list[NewEvent]]:
+    if leader_term is None:
+        return [[_event(i)] for i in range(count)]
+    return [[_fenced_event(i, leader_term)] for i in range(count)]
+
+
+def _fenced_event(i: int, leader_term: int) -> NewEvent:
+    """What the leader's runtime appends: the usual event, fenced to its term."""
+    event = _event(i)
+    return NewEvent(event.type, event.data, metadata={**event.metadata, "leader_term": leader_term})
 
 
 def _append_each(store: EventStore, stream: str, appends: list[list[NewEvent]]) -> int:

@@ -16,6 +16,7 @@ PUBLIC = {
     "EventStore",
     "EventStoreError",
     "ExpectedVersion",
+    "Fenced",
     "Handler",
     "InvalidEvent",
     "NewEvent",

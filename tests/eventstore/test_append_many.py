@@ -34,7 +34,7 @@ class TestAppendMany:
         assert store.head() == 4
 
     def test_results_come_back_in_the_callers_order(self, store: EventStore) -> None:
-        """Results line up with the appends as given, though streams are written sorted."""
+        """Results line up with the appends as given, each naming where its stream landed."""
         results = store.append_many(
             [
                 StreamAppend("vm-c", new_events(1)),
@@ -48,7 +48,36 @@ class TestAppendMany:
             assert result == AppendResult(
                 events[0].global_position, events[-1].global_position, len(events)
             )
-        assert sorted(r.first_position for r in results) == [1, 4, 6]
+        assert [r.first_position for r in results] == [1, 2, 5]
+
+    def test_positions_follow_the_callers_order_not_the_stream_ids(self, store: EventStore) -> None:
+        """A cause listed first gets the lower positions even when its stream id sorts last."""
+        store.append_many(
+            [
+                StreamAppend("z-1", new_events(2, type="Cause")),
+                StreamAppend("a-1", new_events(1, type="Effect")),
+                StreamAppend("m-1", new_events(1, type="Effect")),
+            ]
+        )
+
+        assert [(e.global_position, e.stream_id, e.type) for e in store.read_all()] == [
+            (1, "z-1", "Cause"),
+            (2, "z-1", "Cause"),
+            (3, "a-1", "Effect"),
+            (4, "m-1", "Effect"),
+        ]
+        assert store.verify().ok
+
+    def test_events_keep_their_order_within_each_append(self, store: EventStore) -> None:
+        """Within one stream's part the events take consecutive positions in the order given."""
+        store.append_many(
+            [
+                StreamAppend("b-1", new_events(3, start=10)),
+                StreamAppend("a-1", new_events(2, start=20)),
+            ]
+        )
+
+        assert [e.data["n"] for e in store.read_all()] == [10, 11, 12, 20, 21]
 
     def test_events_are_contiguous_in_the_log(self, store: EventStore) -> None:
         """One call's events occupy consecutive global positions."""
@@ -82,8 +111,10 @@ class TestAppendMany:
         for stream in {"vm-a", "vm-b", "vm-c"} - {conflicting}:
             assert store.stream_version(stream) == 0
 
-    def test_the_first_conflicting_stream_by_id_is_reported(self, store: EventStore) -> None:
-        """With several conflicts, the one reported is the smallest stream id (the lock order)."""
+    def test_the_first_conflicting_stream_in_the_callers_order_is_reported(
+        self, store: EventStore
+    ) -> None:
+        """With several conflicts, the one reported is the first the caller listed."""
         with pytest.raises(WrongExpectedVersion) as raised:
             store.append_many(
                 [
@@ -92,7 +123,7 @@ class TestAppendMany:
                 ]
             )
 
-        assert raised.value.stream_id == "vm-m"
+        assert raised.value.stream_id == "vm-z"
         assert store.head() == 0
 
     def test_a_stream_named_twice_is_invalid(self, store: EventStore) -> None:

@@ -74,6 +74,7 @@ class TestConnectionLoss:
         terminate_other_sessions(postgres_url)
 
         assert len(postgres_store.read_all()) == 2
+        assert len(postgres_store.read_stream("vm-1")) == 2
         assert postgres_store.head() == 2
 
     def test_a_live_subscription_survives_the_connections_dying(

@@ -55,8 +55,9 @@ class Model:
         return sum(1 for s, _, _ in self.log if s == stream)
 
     def append(self, parts: list[Part]) -> list[AppendResult] | Refused:
-        """Results in the order of ``parts``, or the refusal the store must raise."""
-        ordered = sorted(parts, key=lambda p: p[0])
+        """Results in the order of ``parts``, or the refusal the store must raise; the parts are
+        checked and written in their order."""
+        ordered = parts
         stored = frozenset(i for _, ids, _ in parts for i in ids if i in self.position_of)
         if stored:
             # Some ids are stored: a faithful retry of every part, or a duplicate.

@@ -340,6 +340,24 @@ class TestBodyFidelity:
         assert [e.data for e in store.read_all()] == bodies
         assert [e.data for e in store.read_stream("mixed-1")] == bodies
 
+    def test_integers_just_beyond_the_fast_decoders_range_read_back_exactly(
+        self, store: EventStore
+    ) -> None:
+        """The edges orjson cannot hold as ints — below -2**63 with 19 digits, 2**64 with 20 —
+        come back as ints, beside the largest it can, in ASCII and non-ASCII bodies."""
+        data = {
+            "low": -(2**63) - 1,
+            "lowest_19_digits": -9_999_999_999_999_999_999,
+            "high": 2**64,
+            "ok": [-(2**63), 2**64 - 1, 10**18],
+        }
+        store.append("edge-1", [NewEvent("T", data), NewEvent("T", {**data, "text": "é"})])
+
+        events = store.read_all()
+
+        assert [e.data for e in events] == [data, {**data, "text": "é"}]
+        assert all(isinstance(e.data["low"], int) for e in events)
+
     def test_unicode_and_floats_read_back_exactly(self, store: EventStore) -> None:
         """Non-ASCII text, escapes and floats come back as they were appended."""
         data = {"text": 'é "quoted" \\ \n tab\t ✓', "floats": [0.1, 1e-7, 1.5e300, -0.0]}

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from fleetledger.adapters.benchmarks.store import _batched, _compare
+from fleetledger.adapters.benchmarks.store import (
+    _batched,
+    _compare,
+    _fenced,
+    _replay_event,
+    _singles,
+)
+from fleetledger.eventstore._encoding import canonical_json
 
 
 class TestCompare:
@@ -42,3 +49,28 @@ class TestBatched:
         measurement = _batched([6_000.0, 6_500.0, 6_200.0], None)
 
         assert (measurement.rate, measurement.target, measurement.met) == (6_200.0, None, None)
+
+
+class TestFenced:
+    def test_the_cost_of_fencing_is_paired_with_the_unfenced_rounds(self) -> None:
+        """Fenced appends are set against the unfenced ones of the same round."""
+        measurement = _fenced([900.0, 400.0, 1000.0], [1000.0, 500.0, 1000.0])
+
+        assert (measurement.rate, measurement.reference) == (900.0, "unfenced")
+        assert measurement.ratio == pytest.approx(0.9)
+
+    def test_fenced_appends_carry_the_term_beside_the_usual_metadata(self) -> None:
+        """The fenced contender differs from the unfenced one only by its leader_term."""
+        [[plain]], [[fenced]] = _singles(1), _singles(1, leader_term=3)
+
+        assert fenced.metadata == {**plain.metadata, "leader_term": 3}
+        assert fenced.data == plain.data
+
+
+class TestReplayLog:
+    def test_bodies_are_nested_and_about_300_bytes(self) -> None:
+        """Replay reads the body shape its reference was measured on: ~300 bytes, nested objects."""
+        sizes = [len(canonical_json(_replay_event(i).data, what="body")) for i in range(100)]
+
+        assert min(sizes) >= 270 and max(sizes) <= 330
+        assert isinstance(_replay_event(0).data["template"]["labels"], dict)
