@@ -126,7 +126,6 @@ def batch_put_machine_header(machines: Sequence[MachineVariation]) -> dict[str, 
     }
 
 
-
 def encode_batch_put_machine_header(machines: Sequence[MachineVariation]) -> str:
     """The header as the one compact JSON text to send and to record in :class:`RecordDispatch`."""
     return json.dumps(batch_put_machine_header(machines), separators=(",", ":"), ensure_ascii=False)

@@ -23,6 +23,8 @@ from fleetledger.domain.codec import from_data, registered_event_types
 from fleetledger.domain.ipam import BatchSizeChanged, SubnetEvent, SubnetState
 from fleetledger.eventstore import EventStore, RecordedEvent
 
+from ._reading import events_after, position_in_log
+
 __all__ = [
     "SUBNET_EVENT_TYPE_NAMES",
     "SubnetsProjection",
@@ -30,7 +32,6 @@ __all__ = [
     "subnet_view",
 ]
 
-_PAGE = 1000
 # The naming is the runtime's (adapters.ipam.aggregate); a read model may not import adapters.
 _PREFIX = "subnet-"
 
@@ -76,15 +77,10 @@ class SubnetsProjection:
         """Fold every subnet event after :attr:`position`; return how many were read."""
         read = 0
         with self._reading:
-            while True:
-                records = store.read_all(
-                    after=self.position, limit=_PAGE, types=SUBNET_EVENT_TYPE_NAMES
-                )
-                for record in records:
-                    self.apply(record)
-                read += len(records)
-                if len(records) < _PAGE:
-                    return read
+            for record in events_after(store, self.position, types=SUBNET_EVENT_TYPE_NAMES):
+                self.apply(record)
+                read += 1
+        return read
 
     def apply(self, record: RecordedEvent) -> None:
         """Fold one event; events at or before :attr:`position` were folded already."""
@@ -140,22 +136,10 @@ def dump_at(store: EventStore, position: int | None = None) -> Json:
 
     Raises ``ValueError`` for a position the log has not reached.
     """
-    head = store.head()
-    if position is None:
-        position = head
-    if position < 0 or position > head:
-        raise ValueError(f"position {position} is outside the log (0 to {head}); pick one in it")
+    position = position_in_log(store, position)
     subnets: dict[str, _Subnet] = {}
-    after = 0
-    while after < position:
-        records = store.read_all(after=after, limit=_PAGE, types=SUBNET_EVENT_TYPE_NAMES)
-        for record in records:
-            if record.global_position > position:
-                return _dump(subnets, position)
-            _fold_record(subnets, record)
-        if len(records) < _PAGE:
-            break
-        after = records[-1].global_position
+    for record in events_after(store, 0, types=SUBNET_EVENT_TYPE_NAMES, until=position):
+        _fold_record(subnets, record)
     return _dump(subnets, position)
 
 

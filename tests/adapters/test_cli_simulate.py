@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from fleetledger.adapters.cli import EXIT_USAGE, SIMULATION_LOG, main
 from fleetledger.eventstore import open_store
 
 
-def simulated(scenario: str, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, object]:
+def simulated(scenario: str, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
     assert main(["simulate", "--scenario", scenario, "--json", *extra]) == 0
     return dict(json.loads(capsys.readouterr().out))
 
@@ -64,7 +65,7 @@ class TestCapabilityScenarios:
     def test_restart_reports_both_buffer_rules(self, capsys: pytest.CaptureFixture[str]) -> None:
         """The restart scenario's JSON carries the buffers of both rules and the safety counts."""
         report = simulated("restart", capsys)
-        assert set(report["buffer_after_restart"]) == {"log_bound", "assume_max"}  # type: ignore[arg-type]
+        assert set(report["buffer_after_restart"]) == {"log_bound", "assume_max"}
         assert report["negative_values"] == report["grants_beyond_capacity"] == 0
         assert {"seconds_until_buffers_zero", "requests", "migrations_started"} <= set(report)
 

@@ -1,0 +1,161 @@
+"""The autoscaler agents' endpoint and dumpstate, as a router the app includes.
+
+=========================================  =====================================================
+``POST /v1/agent/resources``               an agent asks for new amounts for its VM pod:
+                                           ``{pod, protocol_version, cpu, memory, metrics}``
+                                           (``cpu`` in CPUs, may be fractional; ``memory`` in
+                                           slots) → ``200`` with the permit and compute unit
+``GET /v1/dumpstate``                      every node's accounting as JSON (``position``,
+                                           ``config``, ``nodes``, ``migration_queue``);
+                                           ``?as_of=POSITION`` replays the log to that position
+=========================================  =====================================================
+
+Errors, each with ``{"detail": …}``: ``400`` for an unsupported protocol version, fractional CPU
+on a protocol without it, or amounts outside the VM's bounds; ``404`` for a pod no node accounts;
+``409`` for a migrating pod asking for anything but its reservation (or another refusal); ``503``
+(with ``Retry-After``) while the log is unreachable or the runtime is not running. Bodies that do
+not validate get FastAPI's ``422``.
+
+Each request is one decision appended to its node's stream before the answer; concurrent
+requests are batched into shared appends and group commits (see
+:mod:`fleetledger.adapters.nodes.service`), which is why the handlers are plain functions run on
+the server's thread pool.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+
+from fleetledger.adapters.nodes import (
+    Grant,
+    InvalidRequest,
+    LogContention,
+    LogUnavailable,
+    MigratingPodMismatch,
+    NodesError,
+    NodesRuntime,
+    RuntimeStopped,
+    UnknownPod,
+)
+from fleetledger.domain.nodes import MILLI_PER_CPU
+from fleetledger.projections.nodes import dump_json, dumpstate_at
+
+__all__ = [
+    "FRACTIONAL_CPU_SINCE",
+    "SUPPORTED_PROTOCOL_VERSIONS",
+    "AgentMetrics",
+    "AgentResourcesBody",
+    "agents_router",
+]
+
+SUPPORTED_PROTOCOL_VERSIONS = (1, 2, 3)
+FRACTIONAL_CPU_SINCE = 2
+"""Agents before this protocol version scale whole CPUs only (their grants round down)."""
+
+
+class AgentMetrics(BaseModel):
+    """What an agent reports of its VM's load; the migration queue prefers low load."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    load_average_1min: StrictFloat | StrictInt = Field(ge=0)
+
+
+class AgentResourcesBody(BaseModel):
+    """An agent's request: the amounts it wants its pod to have."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pod: str = Field(min_length=1, max_length=253)
+    protocol_version: StrictInt
+    cpu: StrictFloat | StrictInt = Field(ge=0, description="CPUs, e.g. 0.25 or 2")
+    memory: StrictInt = Field(ge=0, description="memory slots")
+    metrics: AgentMetrics | None = None
+
+
+def agents_router(runtime: NodesRuntime) -> APIRouter:
+    """The agents' endpoint and dumpstate over ``runtime``."""
+    router = APIRouter(tags=["nodes"])
+
+    @router.post("/v1/agent/resources")
+    def agent_resources(body: AgentResourcesBody) -> JSONResponse:
+        if body.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
+            return _error(
+                400,
+                f"protocol version {body.protocol_version} is not supported; use one of "
+                f"{', '.join(map(str, SUPPORTED_PROTOCOL_VERSIONS))}",
+            )
+        cpu_milli = round(body.cpu * MILLI_PER_CPU)
+        if abs(cpu_milli - body.cpu * MILLI_PER_CPU) > 1e-6:
+            return _error(400, f"cpu {body.cpu} is finer than a milli-CPU; round it")
+        if not runtime.running:
+            return _error(503, "the node runtime is not running", retry_after=1)
+        try:
+            grant = runtime.service.request_resources(
+                body.pod,
+                cpu_milli=cpu_milli,
+                memory_slots=body.memory,
+                fractional_cpu=body.protocol_version >= FRACTIONAL_CPU_SINCE,
+                load=None if body.metrics is None else float(body.metrics.load_average_1min),
+            )
+        except NodesError as e:
+            return _refused(e)
+        return JSONResponse(_granted(grant))
+
+    @router.get("/v1/dumpstate")
+    def dumpstate(
+        as_of: Annotated[int | None, Query(ge=0, description="a log position")] = None,
+    ) -> Response:
+        if as_of is None:
+            dump = runtime.dump()
+        else:
+            try:
+                dump = dumpstate_at(runtime.store, as_of)
+            except ValueError as e:
+                return _error(400, str(e))
+        return Response(dump_json(dump), media_type="application/json")
+
+    return router
+
+
+def _granted(grant: Grant) -> dict[str, object]:
+    unit = grant.compute_unit
+    return {
+        "pod": grant.pod,
+        "node": grant.node,
+        "permit": {
+            "cpu": grant.cpu_milli / MILLI_PER_CPU,
+            "cpu_milli": grant.cpu_milli,
+            "memory": grant.memory_slots,
+        },
+        "compute_unit": {
+            "cpu": unit.cpu_milli / MILLI_PER_CPU,
+            "cpu_milli": unit.cpu_milli,
+            "memory": unit.memory_slots,
+        },
+        "capacity_pressure": {"cpu_milli": grant.cpu_pressure, "memory": grant.memory_pressure},
+        "migrating": grant.migrating,
+        "warnings": list(grant.warnings),
+        "position": grant.position,
+    }
+
+
+def _refused(error: NodesError) -> JSONResponse:
+    if isinstance(error, InvalidRequest):
+        return _error(400, str(error))
+    if isinstance(error, UnknownPod):
+        return _error(404, str(error))
+    if isinstance(error, LogUnavailable | LogContention | RuntimeStopped):
+        return _error(503, str(error), retry_after=1)
+    if isinstance(error, MigratingPodMismatch):
+        return _error(409, str(error))
+    return _error(409, str(error))
+
+
+def _error(code: int, detail: str, *, retry_after: int | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return JSONResponse({"detail": detail}, status_code=code, headers=headers)

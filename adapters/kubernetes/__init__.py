@@ -1,0 +1,14 @@
+"""The cluster port on a real Kubernetes cluster (the official ``kubernetes`` client).
+
+:class:`KubernetesCluster` serves the :class:`~fleetledger.adapters.cluster.ClusterGateway`'s
+reads from informer caches (list + watch with resource versions, listing again on ``410 Gone``)
+and its writes from the API.
+"""
+
+from __future__ import annotations
+
+from .cluster import KubernetesCluster
+from .convert import node_from, pod_from
+from .informer import Informer
+
+__all__ = ["Informer", "KubernetesCluster", "node_from", "pod_from"]

@@ -1,0 +1,153 @@
+"""The :class:`~fleetledger.adapters.cluster.ClusterGateway` on a real cluster, through the
+official ``kubernetes`` client.
+
+Reads come from two informers (nodes, pods across namespaces) kept current by list + watch, so a
+controller listing the cluster every few seconds costs the API server nothing but the watches.
+Writes go to the API at once: pods are created in and deleted from ``namespace``. The port names
+pods without a namespace, so this adapter expects pod names to be unique across the namespaces
+it is shown (true of VM pods, named after their VMs).
+
+API errors are translated at this edge: ``409 Conflict`` on create is
+:class:`~fleetledger.adapters.cluster.PodExists`, ``404`` on delete
+:class:`~fleetledger.adapters.cluster.UnknownPod`, anything else
+:class:`~fleetledger.adapters.cluster.ClusterError`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from fleetledger.adapters.cluster import (
+    ClusterError,
+    Node,
+    Pod,
+    PodExists,
+    PodSpec,
+    UnknownPod,
+)
+
+from .convert import node_from, pod_from
+from .informer import Informer
+
+__all__ = ["KubernetesCluster"]
+
+
+class KubernetesCluster:
+    """Nodes and pods of one cluster: informer caches for reads, the API for writes."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        namespace: str = "default",
+        watch_seconds: int = 300,
+    ) -> None:
+        self._core = client.CoreV1Api(api_client)
+        self._namespace = namespace
+        self.nodes = Informer(
+            self._core.list_node, node_from, kind="Node", watch_seconds=watch_seconds
+        )
+        self.pods = Informer(
+            self._core.list_pod_for_all_namespaces,
+            pod_from,
+            kind="Pod",
+            watch_seconds=watch_seconds,
+        )
+        self._threads: list[threading.Thread] = []
+
+    # -- running the informers -------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Bring both caches up to date once (list if never listed, then one watch round)."""
+        try:
+            self.nodes.watch(timeout_seconds=1)
+            self.pods.watch(timeout_seconds=1)
+        except (ApiException, HTTPError) as e:
+            raise ClusterError(f"could not read the cluster: {e}") from e
+
+    def start(self) -> KubernetesCluster:
+        """List both kinds, then keep watching them from threads."""
+        try:
+            self.nodes.relist()
+            self.pods.relist()
+        except (ApiException, HTTPError) as e:
+            raise ClusterError(f"could not list the cluster: {e}") from e
+        self._threads = [
+            threading.Thread(target=informer.run, name=f"informer-{informer.kind}", daemon=True)
+            for informer in (self.nodes, self.pods)
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.nodes.stop()
+        self.pods.stop()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = []
+
+    # -- the port --------------------------------------------------------------------------------
+
+    def list_nodes(self, *, label: str | None = None) -> Sequence[Node]:
+        return [n for n in self.nodes.items() if label is None or label in n.labels]
+
+    def list_pods(self, *, labels: Mapping[str, str] | None = None) -> Sequence[Pod]:
+        wanted = dict(labels or {})
+        return [
+            p for p in self.pods.items() if all(p.labels.get(k) == v for k, v in wanted.items())
+        ]
+
+    def create_pod(self, spec: PodSpec) -> Pod:
+        body = _pod_body(spec)
+        try:
+            response: Any = self._core.create_namespaced_pod(
+                self._namespace, cast(Any, body), _preload_content=False
+            )
+        except ApiException as e:
+            if e.status == 409:
+                raise PodExists(f"pod {spec.name} already exists") from e
+            raise ClusterError(f"could not create pod {spec.name}: {e.status} {e.reason}") from e
+        except HTTPError as e:
+            raise ClusterError(f"could not create pod {spec.name}: {e}") from e
+        return pod_from(json.loads(response.data))
+
+    def delete_pod(self, name: str) -> None:
+        try:
+            self._core.delete_namespaced_pod(name, self._namespace, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                raise UnknownPod(f"no pod named {name}") from e
+            raise ClusterError(f"could not delete pod {name}: {e.status} {e.reason}") from e
+        except HTTPError as e:
+            raise ClusterError(f"could not delete pod {name}: {e}") from e
+
+
+def _pod_body(spec: PodSpec) -> dict[str, Any]:
+    requests = {"cpu": f"{spec.cpu_millis}m", "memory": f"{spec.memory_mib}Mi"}
+    pod_spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": requests},
+            }
+        ],
+        "schedulerName": spec.scheduler_name,
+        "priority": spec.priority,
+    }
+    if spec.node is not None:
+        pod_spec["nodeName"] = spec.node
+    metadata: dict[str, Any] = {
+        "name": spec.name,
+        "labels": dict(spec.labels),
+        "annotations": dict(spec.annotations),
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

@@ -1,0 +1,232 @@
+"""The assembled node accounting: service, cluster sync, restart rule, migrations, read model.
+
+``NodesRuntime`` runs node accounting on the decider host::
+
+    with NodesRuntime(store, cluster) as runtime:   # start(): load, take nodes over, follow
+        grant = runtime.service.request_resources("vm-1", cpu_milli=2000, memory_slots=4)
+        print(runtime.dump())                       # stop(): sync, reactors, follower stop
+
+On leading (at once without a ``leadership``, else once elected) the runtime takes every node
+over as a new controller incarnation — the leader term when there is a leadership, since terms
+only grow; otherwise one past the highest incarnation in the log — so VM pods not yet heard from
+are held at the log-bound startup reservation (seed 04, "Startup uncertainty"). It then syncs
+with the cluster, every ``sync_seconds`` from a thread, and runs the migration reactor. Agents'
+requests are accepted by any process, leader or not.
+
+``threads=False`` wires the same without a thread: tests and the simulator call :meth:`step`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import structlog
+
+from fleetledger.adapters.clock import Clock, SystemClock
+from fleetledger.adapters.cluster import ClusterGateway
+from fleetledger.adapters.runtime import LogFollower, NoFencing, RetryPolicy, Writer
+from fleetledger.adapters.runtime.leadership import Leadership
+from fleetledger.adapters.runtime.reactors import Reactors
+from fleetledger.domain.nodes import NodeConfig, StartupRule
+from fleetledger.eventstore import EventStore
+from fleetledger.projections.nodes import NodesProjection, dump_json
+
+from .errors import RuntimeStopped
+from .migrations import FakeMigrations, Migrations, migration_reactor
+from .service import NodeService
+from .specs import DEFAULT_NODE_CONFIG
+from .sync import ClusterSync, SyncReport
+
+__all__ = ["NodesRuntime"]
+
+log = structlog.get_logger(__name__)
+
+
+class NodesRuntime:
+    """Node accounting over one store and one cluster."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        cluster: ClusterGateway,
+        *,
+        migrations: Migrations | None = None,
+        clock: Clock | None = None,
+        config: NodeConfig | Callable[[str], NodeConfig] = DEFAULT_NODE_CONFIG,
+        node_label: str | None = None,
+        rule: StartupRule = "log_bound",
+        threads: bool = True,
+        leadership: Leadership | None = None,
+        actor: str = "fleetledger",
+        retry: RetryPolicy | None = None,
+        snapshot_every: int = 1000,
+        sync_seconds: float = 5.0,
+        reactor_poll_seconds: float = 1.0,
+    ) -> None:
+        if sync_seconds <= 0:
+            raise ValueError(f"sync_seconds must be positive, got {sync_seconds}")
+        self.store = store
+        self.cluster = cluster
+        self.migrations: Migrations = migrations if migrations is not None else FakeMigrations()
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.leadership = leadership
+        self.rule: StartupRule = rule
+        self._threads = threads
+        self._sync_seconds = sync_seconds
+        writer = Writer(
+            actor=actor,
+            labels=(("capability", "nodes"),),
+            fencing=leadership if leadership is not None else NoFencing(),
+        )
+        self.projection = NodesProjection()
+        self.service = NodeService(
+            store,
+            clock=self.clock,
+            writer=writer,
+            retry=retry,
+            snapshot_every=snapshot_every,
+            locate=self._locate,
+        )
+        self.sync = ClusterSync(self.service, cluster, config=config, node_label=node_label)
+        self._follower = LogFollower(store, self.projection)
+        self._reactors = Reactors(
+            store,
+            [migration_reactor(self.service, self.migrations)],
+            poll_interval=reactor_poll_seconds,
+        )
+        self._running = False
+        self._leading = threading.Event()
+        self._stop_sync = threading.Event()
+        self._sync_thread: threading.Thread | None = None
+        self.last_restart: SyncReport | None = None
+        self._pending_incarnation: int | None = None
+        if leadership is not None:
+            leadership.on_elected(self._lead)
+            leadership.on_deposed(self._follow)
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def leading(self) -> bool:
+        """Whether this process takes nodes over, syncs and starts migrations now."""
+        return self._leading.is_set()
+
+    def start(self) -> NodesRuntime:
+        """Load every logged node, catch the read model up, then lead (or stand by to)."""
+        if self._running:
+            return self
+        for node in self.service.logged_nodes():
+            self.service.stream(node)
+        self.projection.catch_up(self.store)
+        self._running = True
+        if self.leadership is None:
+            self._lead(None)
+        elif self._threads:
+            self.leadership.start()
+        else:
+            self.leadership.step()
+        if self._threads:
+            self._follower.start()
+        log.info("nodes runtime started", nodes=len(self.service.hosted()), leading=self.leading)
+        return self
+
+    def stop(self) -> None:
+        """Stop syncing, the reactors and the follower; release the lease."""
+        if not self._running:
+            return
+        self._running = False
+        self._follow("stopping")
+        self._follower.stop()
+        if self.leadership is not None:
+            self.leadership.stop()
+        log.info("nodes runtime stopped")
+
+    def __enter__(self) -> NodesRuntime:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def step(self) -> SyncReport:
+        """Without threads: one cluster sync (as leader), the reactors and the read model."""
+        if not self._running:
+            raise RuntimeStopped("the nodes runtime is not running; start() it first")
+        if self.leading and self._pending_incarnation is not None:
+            self._take_over()
+        report = self.sync.sync() if self.leading else SyncReport()
+        if self.leading:
+            self._reactors.run_until_caught_up()
+        self.projection.catch_up(self.store)
+        return report
+
+    def dump(self) -> dict[str, object]:
+        """Dumpstate of the read model (catching it up first, so it includes this process's
+        latest appends)."""
+        self.projection.catch_up(self.store)
+        return self.projection.dump()
+
+    def dump_json(self) -> str:
+        return dump_json(self.dump())
+
+    # -- leading and following -------------------------------------------------------------------
+
+    def _lead(self, term: int | None) -> None:
+        if not self._running and self.leadership is not None:
+            return
+        self._leading.set()
+        self._pending_incarnation = term if term is not None else self._next_incarnation()
+        try:
+            self._take_over()
+        except Exception as e:
+            if self.leadership is None:
+                raise
+            # Called from the leadership's thread: the sync thread tries the takeover again.
+            log.error("could not take the nodes over; retrying on the next pass", error=str(e))
+        if self._threads:
+            self._reactors.start()
+            self._stop_sync.clear()
+            self._sync_thread = threading.Thread(
+                target=self._sync_loop, name="nodes-cluster-sync", daemon=True
+            )
+            self._sync_thread.start()
+
+    def _take_over(self) -> None:
+        """The restart rule for the pending incarnation (once), then a sync pass."""
+        incarnation = self._pending_incarnation
+        if incarnation is not None:
+            self.last_restart = self.sync.restart(incarnation, rule=self.rule)
+            self._pending_incarnation = None
+            log.info(
+                "took nodes over",
+                incarnation=incarnation,
+                rule=self.rule,
+                nodes=self.last_restart.nodes_restarted,
+            )
+        self.sync.sync()
+
+    def _follow(self, reason: str) -> None:
+        self._leading.clear()
+        self._stop_sync.set()
+        self._reactors.stop(timeout=0 if reason != "stopping" else 10.0)
+        thread, self._sync_thread = self._sync_thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10.0)
+
+    def _locate(self, pod: str) -> str | None:
+        self.projection.catch_up(self.store)
+        return self.projection.node_of(pod)
+
+    def _next_incarnation(self) -> int:
+        known = [state.incarnation for state in self.service.hosted().values()]
+        return max(known, default=0) + 1
+
+    def _sync_loop(self) -> None:
+        while not self._stop_sync.wait(self._sync_seconds):
+            try:
+                self._take_over()
+            except Exception as e:
+                # The next pass lists the cluster afresh; one failed pass loses nothing.
+                log.warning("cluster sync failed; retrying next pass", error=str(e))

@@ -1,0 +1,210 @@
+"""Cluster sync: what the cluster shows of nodes and pods, turned into node commands.
+
+Each pass lists the cluster (through the :class:`~fleetledger.adapters.cluster.ClusterGateway`
+port; the Kubernetes adapter answers from its informer cache) and sends each node what differs:
+``JoinNode`` for a new node, ``UpdateNodeCapacity``/``ChangeNodeConfig`` for a changed one,
+``ReservePod(already_running=True)`` for a pod bound to it that it does not account yet,
+``DeletePod`` for one it accounts that is gone (deleted, finished, moved away by a migration), and
+``RemoveNode`` once a node leaves. A pass that finds nothing new appends nothing, so passes can
+repeat freely; they are the leader's duty.
+
+One node's commands go in one submission. A command the node refuses (a pod that does not fit a
+node it is not bound to, unreadable VM annotations) is logged and left out, and the rest go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import structlog
+
+from fleetledger.adapters.cluster import ClusterGateway, Node, Pod
+from fleetledger.adapters.runtime import CommandRefused
+from fleetledger.domain.nodes import (
+    ChangeNodeConfig,
+    DeletePod,
+    JoinNode,
+    NodeCommand,
+    NodeConfig,
+    NodeState,
+    RemoveNode,
+    ReservePod,
+    RestartController,
+    StartupRule,
+    UpdateNodeCapacity,
+    VmPodSpec,
+)
+
+from .service import NodeService, _translated
+from .specs import DEFAULT_NODE_CONFIG, BadAnnotation, node_capacity, pod_spec
+
+__all__ = ["ClusterSync", "SyncReport"]
+
+log = structlog.get_logger(__name__)
+
+_LIVE_PHASES = ("Pending", "Running")
+_CAUSE = "cluster-sync"
+
+Build = Callable[[datetime], NodeCommand]
+
+
+@dataclass(slots=True)
+class SyncReport:
+    """What one pass (or a restart) sent: counts of decided events by kind, and what it skipped."""
+
+    nodes_joined: int = 0
+    nodes_removed: int = 0
+    nodes_restarted: int = 0
+    pods_reserved: int = 0
+    pods_deleted: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+class ClusterSync:
+    """Reconciles the hosted nodes with the cluster; not thread-safe (one caller: the leader)."""
+
+    def __init__(
+        self,
+        service: NodeService,
+        cluster: ClusterGateway,
+        *,
+        config: NodeConfig | Callable[[str], NodeConfig] = DEFAULT_NODE_CONFIG,
+        node_label: str | None = None,
+    ) -> None:
+        self._service = service
+        self._cluster = cluster
+        self._config = config if callable(config) else (lambda _node, c=config: c)
+        self._node_label = node_label
+
+    def sync(self) -> SyncReport:
+        """One reconciliation pass over every node the cluster or the log shows."""
+        report = SyncReport()
+        listed = {n.name: n for n in self._cluster.list_nodes(label=self._node_label)}
+        pods = self._pods_by_node()
+        for name in sorted(set(listed) | set(self._service.logged_nodes())):
+            node = listed.get(name)
+            state = self._service.stream(name).state
+            if node is None:
+                if state.present:
+                    self._send(name, [lambda at: RemoveNode(at=at)], report)
+                    report.nodes_removed += 1
+                continue
+            self._send(name, self._node_commands(node, state, pods.get(name, [])), report)
+        return report
+
+    def restart(self, incarnation: int, *, rule: StartupRule = "log_bound") -> SyncReport:
+        """Take every listed node over as ``incarnation``, before any other pass.
+
+        A listed node the log never saw joins first, so its pods count as never seen (held at
+        their max). Every present node then gets one ``RestartController`` with the cluster's VM
+        pods on it; re-running it for the same incarnation appends nothing.
+        """
+        report = SyncReport()
+        listed = {n.name: n for n in self._cluster.list_nodes(label=self._node_label)}
+        pods = self._pods_by_node()
+        for name in sorted(set(listed) | set(self._service.logged_nodes())):
+            state = self._service.stream(name).state
+            node = listed.get(name)
+            if node is not None and not state.present:
+                self._send(name, [self._join(node)], report)
+                state = self._service.stream(name).state
+            if not state.present or state.incarnation >= incarnation:
+                continue
+            observed = tuple(self._vm_specs(pods.get(name, []), report))
+            events = self._send(name, [_restart(incarnation, observed, rule)], report)
+            report.nodes_restarted += 1 if events else 0
+        return report
+
+    # -- building commands -------------------------------------------------------------------
+
+    def _pods_by_node(self) -> dict[str, list[Pod]]:
+        found: dict[str, list[Pod]] = {}
+        for pod in self._cluster.list_pods():
+            if pod.node is not None and pod.phase in _LIVE_PHASES and not pod.terminating:
+                found.setdefault(pod.node, []).append(pod)
+        return found
+
+    def _join(self, node: Node) -> Build:
+        capacity = node_capacity(node)
+        config = self._config(node.name)
+        return lambda at: JoinNode(
+            node.name, capacity.cpu_milli, capacity.memory_bytes, capacity.gpu, config, at=at
+        )
+
+    def _node_commands(self, node: Node, state: NodeState, pods: Sequence[Pod]) -> list[Build]:
+        commands: list[Build] = []
+        capacity = node_capacity(node)
+        config = self._config(node.name)
+        if not state.present:
+            commands.append(self._join(node))
+        else:
+            commands.append(
+                lambda at: UpdateNodeCapacity(
+                    capacity.cpu_milli, capacity.memory_bytes, capacity.gpu, at=at
+                )
+            )
+            if config != state.config:
+                commands.append(lambda at: ChangeNodeConfig(config, at=at))
+        bound = {pod.name for pod in pods}
+        for pod in pods:
+            if pod.name in state.vm_pods or pod.name in state.other_pods:
+                continue
+            try:
+                spec = pod_spec(pod)
+            except BadAnnotation as e:
+                log.warning("pod left out of node accounting", pod=pod.name, reason=str(e))
+                continue
+            commands.append(
+                lambda at, spec=spec: ReservePod(spec, at=at, already_running=True)  # type: ignore[misc]
+            )
+        for gone in sorted((set(state.vm_pods) | set(state.other_pods)) - bound):
+            commands.append(lambda at, gone=gone: DeletePod(gone, at=at))  # type: ignore[misc]
+        return commands
+
+    def _vm_specs(self, pods: Sequence[Pod], report: SyncReport) -> list[VmPodSpec]:
+        specs = []
+        for pod in pods:
+            try:
+                spec = pod_spec(pod)
+            except BadAnnotation as e:
+                report.skipped.append(str(e))
+                continue
+            if isinstance(spec, VmPodSpec):
+                specs.append(spec)
+        return specs
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def _send(self, node: str, commands: list[Build], report: SyncReport) -> tuple[object, ...]:
+        """Send ``commands`` to ``node`` as one submission, leaving out any the node refuses."""
+        pending = list(commands)
+        stream = self._service.stream(node)
+        while pending:
+            try:
+                decision = stream.execute(
+                    lambda at: [(build(at), _CAUSE) for build in pending], duty=True
+                )
+            except CommandRefused as e:
+                reason = f"node {node}: {e.error.reason}"
+                log.warning("cluster sync command refused", node=node, reason=e.error.reason)
+                report.skipped.append(reason)
+                del pending[e.index]
+                continue
+            except Exception as e:
+                raise _translated(e) from e
+            for event in decision.events:
+                kind = type(event).__name__
+                if kind == "NodeJoined":
+                    report.nodes_joined += 1
+                elif kind in ("VmPodReserved", "OtherPodReserved"):
+                    report.pods_reserved += 1
+                elif kind == "PodDeleted":
+                    report.pods_deleted += 1
+            return decision.events
+        return ()
+
+
+def _restart(incarnation: int, observed: tuple[VmPodSpec, ...], rule: StartupRule) -> Build:
+    return lambda at: RestartController(incarnation, observed=observed, rule=rule, at=at)

@@ -1,0 +1,138 @@
+"""Read model of node accounting: every node's state and pods, as of a log position.
+
+Folded from the log in global order with the domain's own ``evolve``, one state per
+``node-<name>`` stream, so a live model and one rebuilt from position 0 hold equal states. The
+model lives in memory and is rebuilt on start (PRODUCT.md §2 allows memory read models).
+
+Dumpstate (seed 04's ``dumpstate.go``) is :func:`fleetledger.domain.nodes.dumpstate` over these
+states; :func:`dumpstate_at` folds the log up to any position instead, and :func:`dump_json`
+writes either as canonical JSON, so a live dump and a replay of the same position are the same
+bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+
+from fleetledger.domain import nodes
+from fleetledger.domain.codec import from_data, registered_event_types
+from fleetledger.domain.nodes import NodeEvent, NodeState
+from fleetledger.eventstore import EventStore, RecordedEvent
+
+from ._reading import events_after, position_in_log
+
+__all__ = [
+    "NODE_EVENT_TYPE_NAMES",
+    "NodesProjection",
+    "dump_json",
+    "dumpstate_at",
+    "fold_nodes",
+]
+
+_PREFIX = nodes.stream_id("")
+
+NODE_EVENT_TYPE_NAMES: tuple[str, ...] = tuple(
+    sorted(name for name in registered_event_types() if name.startswith("nodes."))
+)
+"""The stored names of every node-accounting event."""
+
+Json = dict[str, object]
+
+
+class NodesProjection:
+    """Node states by name, folded from the log; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reading = threading.Lock()
+        self._states: dict[str, NodeState] = {}
+        self._position = 0
+
+    @property
+    def position(self) -> int:
+        """The global position of the last event folded."""
+        with self._lock:
+            return self._position
+
+    def states(self) -> dict[str, NodeState]:
+        """Every node the log showed, present or gone, by name."""
+        with self._lock:
+            return dict(self._states)
+
+    def node_of(self, pod: str) -> str | None:
+        """The present node accounting ``pod``, if any (the last one to reserve it)."""
+        with self._lock:
+            return next(
+                (
+                    name
+                    for name, state in self._states.items()
+                    if state.present and (pod in state.vm_pods or pod in state.other_pods)
+                ),
+                None,
+            )
+
+    def catch_up(self, store: EventStore) -> int:
+        """Fold every node event after :attr:`position`; return how many were read."""
+        read = 0
+        with self._reading:
+            for record in events_after(store, self.position, types=NODE_EVENT_TYPE_NAMES):
+                self.apply(record)
+                read += 1
+        return read
+
+    def apply(self, record: RecordedEvent) -> None:
+        """Fold one event; events at or before :attr:`position` were folded already."""
+        with self._lock:
+            if record.global_position <= self._position:
+                return
+            _fold_record(self._states, record)
+            self._position = record.global_position
+
+    def dump(self, *, settings: Mapping[str, object] | None = None) -> Json:
+        """Dumpstate as of :attr:`position` (the present nodes, their pods, the queue)."""
+        with self._lock:
+            states, position = dict(self._states), self._position
+        return _dump(states, position, settings)
+
+
+def fold_nodes(store: EventStore, position: int) -> dict[str, NodeState]:
+    """Every node's state folded from the log's start up to ``position`` included."""
+    states: dict[str, NodeState] = {}
+    for record in events_after(store, 0, types=NODE_EVENT_TYPE_NAMES, until=position):
+        _fold_record(states, record)
+    return states
+
+
+def dumpstate_at(
+    store: EventStore, position: int | None = None, *, settings: Mapping[str, object] | None = None
+) -> Json:
+    """Dumpstate as of log ``position`` (the head when ``None``), replayed from the log.
+
+    Raises ``ValueError`` for a position the log has not reached.
+    """
+    position = position_in_log(store, position)
+    return _dump(fold_nodes(store, position), position, settings)
+
+
+def dump_json(dump: Mapping[str, object]) -> str:
+    """``dump`` as canonical JSON text: the same dump always gives the same bytes."""
+    return json.dumps(dump, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _dump(
+    states: Mapping[str, NodeState], position: int, settings: Mapping[str, object] | None
+) -> Json:
+    present = [state for state in states.values() if state.present]
+    return nodes.dumpstate(present, position=position, settings=settings)
+
+
+def _fold_record(states: dict[str, NodeState], record: RecordedEvent) -> None:
+    if not record.stream_id.startswith(_PREFIX):
+        return
+    name = record.stream_id[len(_PREFIX) :]
+    event = from_data(record.type, record.schema_version, record.data)
+    if not isinstance(event, NodeEvent):
+        raise TypeError(f"{record.type} at {record.stream_id} is not a node-accounting event")
+    states[name] = nodes.evolve(states.get(name, nodes.initial_state()), event)

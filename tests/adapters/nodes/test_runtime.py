@@ -1,0 +1,175 @@
+"""NodesRuntime: restarts under the log-bound rule, leadership, migrations, the read model."""
+
+from __future__ import annotations
+
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.cluster import FakeCluster
+from fleetledger.adapters.nodes import FakeMigrations, NodesRuntime, migration_reactor
+from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
+from fleetledger.adapters.runtime.reactors import Reactors
+from fleetledger.domain.nodes import StartupRule
+from fleetledger.eventstore import EventStore
+from fleetledger.projections.nodes import NodesProjection
+
+from .support import CONFIG, EPOCH, cluster, manual_runtime, node, vm_pod
+
+
+def _restarted(
+    store: EventStore, fleet: FakeCluster, *, rule: StartupRule = "log_bound"
+) -> NodesRuntime:
+    return NodesRuntime(
+        store, fleet, clock=ManualClock(EPOCH), config=CONFIG, threads=False, rule=rule
+    ).start()
+
+
+class TestRestart:
+    def test_a_pod_not_yet_heard_from_holds_its_last_logged_permit(
+        self, postgres_store: EventStore
+    ) -> None:
+        """After a restart a VM pod holds its last permit (not its max), the rest as buffer."""
+        fleet = cluster(node("n1"), pods=(vm_pod("vm", "n1", cpu=(1000, 1000, 8000)),))
+        first = manual_runtime(postgres_store, fleet)
+        first.service.request_resources("vm", cpu_milli=3000, memory_slots=2)
+        first.stop()
+        second = _restarted(postgres_store, fleet)
+        pod = second.service.stream("n1").state.vm_pods["vm"]
+        assert (pod.cpu.reserved, pod.cpu.buffer) == (3000, 2000)
+        assert second.service.stream("n1").state.incarnation == 2
+
+    def test_the_seed_rule_holds_the_max_instead(self, postgres_store: EventStore) -> None:
+        """With rule="assume_max" the same restart holds the VM's max, as the seed does."""
+        fleet = cluster(node("n1"), pods=(vm_pod("vm", "n1", cpu=(1000, 1000, 8000)),))
+        first = manual_runtime(postgres_store, fleet)
+        first.service.request_resources("vm", cpu_milli=3000, memory_slots=2)
+        first.stop()
+        second = _restarted(postgres_store, fleet, rule="assume_max")
+        assert second.service.stream("n1").state.vm_pods["vm"].cpu.reserved == 8000
+
+    def test_the_first_request_after_a_restart_clears_the_buffer(
+        self, postgres_store: EventStore
+    ) -> None:
+        """The agent's first message sets the real use: the node's buffer drops to zero."""
+        fleet = cluster(node("n1"), pods=(vm_pod("vm", "n1", cpu=(1000, 1000, 8000)),))
+        first = manual_runtime(postgres_store, fleet)
+        first.service.request_resources("vm", cpu_milli=3000, memory_slots=2)
+        first.stop()
+        second = _restarted(postgres_store, fleet)
+        second.service.request_resources("vm", cpu_milli=2000, memory_slots=2)
+        state = second.service.stream("n1").state
+        assert (state.cpu.buffer, state.vm_pods["vm"].cpu.reserved) == (0, 2000)
+
+    def test_a_pod_the_log_never_saw_is_held_at_its_max(self, postgres_store: EventStore) -> None:
+        """A VM pod that appeared while no controller ran is held at its VM's max."""
+        fleet = cluster(node("n1"))
+        manual_runtime(postgres_store, fleet).stop()
+        fleet.create_pod(vm_pod("late", "n1", cpu=(1000, 1000, 6000)))
+        second = _restarted(postgres_store, fleet)
+        pod = second.service.stream("n1").state.vm_pods["late"]
+        assert (pod.cpu.reserved, pod.cpu.buffer) == (6000, 5000)
+
+    def test_restarting_twice_in_one_incarnation_appends_nothing(
+        self, postgres_store: EventStore
+    ) -> None:
+        """Taking nodes over again for the same incarnation is a no-op."""
+        runtime = manual_runtime(postgres_store, cluster(node("n1"), pods=(vm_pod("v", "n1"),)))
+        head = postgres_store.head()
+        report = runtime.sync.restart(1)
+        assert (postgres_store.head(), report.nodes_restarted) == (head, 0)
+
+    def test_the_leader_term_is_the_incarnation(self, postgres_store: EventStore) -> None:
+        """With a leadership, the runtime takes nodes over as its term once elected."""
+        clock = ManualClock(EPOCH)
+        board: dict[str, str] = {}
+        leadership = Leadership(
+            postgres_store, MemoryLease(board, holder="a"), clock=clock, holder="a"
+        )
+        runtime = NodesRuntime(
+            postgres_store,
+            cluster(node("n1")),
+            clock=clock,
+            config=CONFIG,
+            threads=False,
+            leadership=leadership,
+        ).start()
+        assert runtime.leading
+        term = leadership.term()
+        assert term is not None
+        assert runtime.service.stream("n1").state.incarnation == term
+        runtime.stop()
+
+
+class TestReadModel:
+    def test_rebuilt_from_the_log_equals_the_live_states(self, postgres_store: EventStore) -> None:
+        """Folding the log from position 0 gives the states the streams hold live."""
+        fleet = cluster(
+            node("n1"), node("n2"), pods=(vm_pod("a", "n1"), vm_pod("b", "n2"), vm_pod("c", "n2"))
+        )
+        runtime = manual_runtime(postgres_store, fleet, snapshot_every=3)
+        for cpu in (3000, 1000, 4000, 2000):
+            runtime.service.request_resources("a", cpu_milli=cpu, memory_slots=2)
+            runtime.service.request_resources("c", cpu_milli=cpu, memory_slots=3)
+        fleet.delete_pod("b")
+        runtime.step()
+        rebuilt = NodesProjection()
+        rebuilt.catch_up(postgres_store)
+        assert rebuilt.states() == runtime.service.hosted()
+        reloaded = _restarted(postgres_store, fleet)
+        live = {name: state for name, state in reloaded.service.hosted().items()}
+        folded = NodesProjection()
+        folded.catch_up(postgres_store)
+        assert folded.states() == live
+
+
+class TestMigrations:
+    def _pressured(self, store: EventStore, migrations: FakeMigrations) -> NodesRuntime:
+        fleet = cluster(
+            node("n1"),
+            pods=(
+                vm_pod("small", "n1", cpu=(1000, 1000, 1000), memory=(1, 1, 1)),
+                vm_pod("big", "n1", cpu=(1000, 7000, 9000), memory=(1, 1, 1)),
+            ),
+        )
+        runtime = manual_runtime(store, fleet, migrations=migrations)
+        runtime.service.request_resources("big", cpu_milli=9000, memory_slots=1)
+        runtime.step()
+        return runtime
+
+    def test_a_started_migration_is_carried_out_once(self, store: EventStore) -> None:
+        """Pressure past the watermark starts a migration; the reactor starts it through the
+        port once."""
+        migrations = FakeMigrations()
+        runtime = self._pressured(store, migrations)
+        assert set(migrations.started) == {
+            p.name for p in runtime.service.stream("n1").state.vm_pods.values() if p.migrating
+        }
+        assert migrations.started
+        calls = migrations.calls
+        runtime.step()
+        assert migrations.calls == calls
+
+    def test_a_finished_migration_is_not_started_again_on_replay(self, store: EventStore) -> None:
+        """A reactor replaying history skips migrations whose pod has since left the node."""
+        migrations = FakeMigrations()
+        runtime = self._pressured(store, migrations)
+        fleet = runtime.cluster
+        assert isinstance(fleet, FakeCluster)
+        for pod in migrations.started:
+            fleet.delete_pod(pod)
+        runtime.step()
+        again = FakeMigrations()
+        Reactors(
+            store, [migration_reactor(runtime.service, again, name="replay")]
+        ).run_until_caught_up()
+        assert again.calls == 0
+
+
+class TestThreads:
+    def test_a_threaded_runtime_serves_and_stops(self, postgres_store: EventStore) -> None:
+        """With threads the runtime grants, keeps its read model current and stops cleanly."""
+        fleet = cluster(node("n1"), pods=(vm_pod("vm", "n1"),))
+        runtime = NodesRuntime(postgres_store, fleet, config=CONFIG, sync_seconds=0.05)
+        with runtime:
+            grant = runtime.service.request_resources("vm", cpu_milli=2500, memory_slots=2)
+            dump = runtime.dump()
+        assert dump["position"] == grant.position
+        assert not runtime.running
