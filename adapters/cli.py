@@ -105,13 +105,39 @@ def build_parser() -> argparse.ArgumentParser:
     store.set_defaults(run=_bench_store)
     _add_bench_grouper(bench_commands)
     _add_bench_serve(bench_commands)
+    _add_bench_nodes(bench_commands)
     _add_simulate(commands)
     _add_serve(commands)
+    _add_dumpstate(commands)
 
     return parser
 
 
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _add_dumpstate(commands: Subcommands) -> None:
+    dumpstate = commands.add_parser(
+        "dumpstate", help="the nodes' and subnets' accounting as JSON, now or as of a position"
+    )
+    _add_url(dumpstate)
+    dumpstate.add_argument(
+        "--as-of", type=int, metavar="POSITION", help="replay the log up to this position"
+    )
+    dumpstate.set_defaults(run=_dumpstate)
+
+
+def _add_bench_nodes(bench_commands: Subcommands) -> None:
+    nodes = bench_commands.add_parser(
+        "nodes", help="agent permit requests per second through the HTTP endpoint (Postgres)"
+    )
+    _add_url(nodes)
+    nodes.add_argument("--nodes", type=int, default=100)
+    nodes.add_argument("--pods", type=int, default=2000)
+    nodes.add_argument("--clients", type=int, default=64)
+    nodes.add_argument("--seconds", type=float, default=10.0)
+    _add_json(nodes)
+    nodes.set_defaults(run=_bench_nodes)
 
 
 def _add_bench_serve(bench_commands: Subcommands) -> None:
@@ -331,6 +357,31 @@ def _bench_store(args: argparse.Namespace) -> int:
         _print_json(report.to_dict())
     else:
         print(report.render())
+    return 0
+
+
+def _dumpstate(args: argparse.Namespace) -> int:
+    from fleetledger.projections.dumpstate import dumpstate_at
+    from fleetledger.projections.nodes import dump_json
+
+    with open_store(args.url) as store:
+        print(dump_json(dumpstate_at(store, args.as_of)))
+    return 0
+
+
+def _bench_nodes(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.nodes import bench_nodes
+    from fleetledger.adapters.benchmarks.scratch import scratch_database
+
+    with scratch_database(args.url) as scratch:
+        report = bench_nodes(
+            scratch, nodes=args.nodes, pods=args.pods, clients=args.clients, seconds=args.seconds
+        )
+    if args.json:
+        _print_json(report)
+    else:
+        for key, value in report.items():
+            print(f"  {key:<24} {value}")
     return 0
 
 

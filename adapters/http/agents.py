@@ -42,7 +42,8 @@ from fleetledger.adapters.nodes import (
     UnknownPod,
 )
 from fleetledger.domain.nodes import MILLI_PER_CPU
-from fleetledger.projections.nodes import dump_json, dumpstate_at
+from fleetledger.projections.dumpstate import dumpstate_at, with_subnets
+from fleetledger.projections.nodes import dump_json
 
 __all__ = [
     "FRACTIONAL_CPU_SINCE",
@@ -111,7 +112,7 @@ def agents_router(runtime: NodesRuntime) -> APIRouter:
         as_of: Annotated[int | None, Query(ge=0, description="a log position")] = None,
     ) -> Response:
         if as_of is None:
-            dump = runtime.dump()
+            dump = with_subnets(runtime.store, runtime.dump())
         else:
             try:
                 dump = dumpstate_at(runtime.store, as_of)

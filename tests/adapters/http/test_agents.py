@@ -8,11 +8,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from fleetledger.adapters.cli import main
 from fleetledger.adapters.cluster import FakeCluster
 from fleetledger.adapters.http.agents import agents_router
 from fleetledger.adapters.nodes import NodesRuntime
 from fleetledger.eventstore import EventStore
-from fleetledger.projections.nodes import dump_json, dumpstate_at
+from fleetledger.projections.dumpstate import dumpstate_at
+from fleetledger.projections.nodes import dump_json
 from tests.adapters.nodes.support import cluster, manual_runtime, node, vm_pod
 
 
@@ -115,3 +117,25 @@ class TestDumpstate:
         """A position the log has not reached is a 400."""
         response = client.get("/v1/dumpstate", params={"as_of": store.head() + 10})
         assert response.status_code == 400
+
+
+class TestDumpstateCommand:
+    def test_the_command_prints_what_the_endpoint_serves(
+        self,
+        client: TestClient,
+        store: EventStore,
+        store_url: str,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """``fleetledger dumpstate --as-of P`` prints the same bytes as the live dump of P,
+        subnets included."""
+        live = client.get("/v1/dumpstate").content.decode()
+        position = json.loads(live)["position"]
+
+        assert main(["dumpstate", "--url", store_url, "--as-of", str(position)]) == 0
+
+        printed = capsys.readouterr().out.strip()
+        assert printed == live
+        assert {"position", "config", "nodes", "migration_queue", "subnets"} <= set(
+            json.loads(printed)
+        )
