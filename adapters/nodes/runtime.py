@@ -26,6 +26,7 @@ import structlog
 from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.cluster import ClusterGateway
 from fleetledger.adapters.runtime import LogFollower, NoFencing, RetryPolicy, Writer
+from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactors
 from fleetledger.domain.nodes import NodeConfig, StartupRule
@@ -58,6 +59,7 @@ class NodesRuntime:
         rule: StartupRule = "log_bound",
         threads: bool = True,
         leadership: Leadership | None = None,
+        manage_leadership: bool = True,
         actor: str = "fleetledger",
         retry: RetryPolicy | None = None,
         snapshot_every: int = 1000,
@@ -96,14 +98,16 @@ class NodesRuntime:
             poll_interval=reactor_poll_seconds,
         )
         self._running = False
-        self._leading = threading.Event()
         self._stop_sync = threading.Event()
         self._sync_thread: threading.Thread | None = None
         self.last_restart: SyncReport | None = None
         self._pending_incarnation: int | None = None
-        if leadership is not None:
-            leadership.on_elected(self._lead)
-            leadership.on_deposed(self._follow)
+        self.duties = Duties(
+            leadership,
+            on_lead=self._lead,
+            on_follow=self._follow,
+            manage_leadership=manage_leadership,
+        )
 
     @property
     def running(self) -> bool:
@@ -112,7 +116,7 @@ class NodesRuntime:
     @property
     def leading(self) -> bool:
         """Whether this process takes nodes over, syncs and starts migrations now."""
-        return self._leading.is_set()
+        return self.duties.leading
 
     def start(self) -> NodesRuntime:
         """Load every logged node, catch the read model up, then lead (or stand by to)."""
@@ -122,12 +126,7 @@ class NodesRuntime:
             self.service.stream(node)
         self.projection.catch_up(self.store)
         self._running = True
-        if self.leadership is None:
-            self._lead(None)
-        elif self._threads:
-            self.leadership.start()
-        else:
-            self.leadership.step()
+        self.duties.start(threads=self._threads)
         if self._threads:
             self._follower.start()
         log.info("nodes runtime started", nodes=len(self.service.hosted()), leading=self.leading)
@@ -138,10 +137,10 @@ class NodesRuntime:
         if not self._running:
             return
         self._running = False
+        self.duties.relinquish()
         self._follow("stopping")
         self._follower.stop()
-        if self.leadership is not None:
-            self.leadership.stop()
+        self.duties.release()
         log.info("nodes runtime stopped")
 
     def __enter__(self) -> NodesRuntime:
@@ -174,9 +173,6 @@ class NodesRuntime:
     # -- leading and following -------------------------------------------------------------------
 
     def _lead(self, term: int | None) -> None:
-        if not self._running and self.leadership is not None:
-            return
-        self._leading.set()
         self._pending_incarnation = term if term is not None else self._next_incarnation()
         try:
             self._take_over()
@@ -208,7 +204,6 @@ class NodesRuntime:
         self.sync.sync()
 
     def _follow(self, reason: str) -> None:
-        self._leading.clear()
         self._stop_sync.set()
         self._reactors.stop(timeout=0 if reason != "stopping" else 10.0)
         thread, self._sync_thread = self._sync_thread, None
