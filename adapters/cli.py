@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -222,6 +223,40 @@ def _add_serve(commands: Subcommands) -> None:
         metavar="SECONDS",
         help="on SIGTERM, how long to finish requests and cloud calls in flight (default 30); "
         "a second SIGTERM exits at once",
+    )
+    serve.add_argument(
+        "--api-token",
+        action="append",
+        metavar="TOKEN",
+        help="a bearer token the API accepts; repeat it to accept several (rotation). "
+        "Default: FLEETLEDGER_API_TOKENS, comma-separated (preferred: flags show in `ps`)",
+    )
+    serve.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without tokens on a non-loopback address (anyone who reaches the port can "
+        "create VMs)",
+    )
+    serve.add_argument(
+        "--subnet",
+        action="append",
+        default=[],
+        metavar="ID=CAPACITY",
+        help="manage pod IPs of this subnet (repeatable), e.g. --subnet aks-pods=1024",
+    )
+    serve.add_argument(
+        "--cluster",
+        choices=["fake", "kubernetes"],
+        default="fake",
+        help="where nodes and pods are read from: an empty fake cluster (default), or the "
+        "Kubernetes API (in-cluster config, else ~/.kube/config)",
+    )
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=1024 * 1024,
+        metavar="BYTES",
+        help="larger request bodies get 413 (default 1 MiB)",
     )
     serve.set_defaults(run=_serve)
 
@@ -500,7 +535,9 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from fleetledger.adapters.clock import SystemClock
-    from fleetledger.adapters.http import create_app
+    from fleetledger.adapters.http import ApiTokens, create_app
+    from fleetledger.adapters.http.auth import check_exposure
+    from fleetledger.adapters.http.limits import checked_max_body_bytes
     from fleetledger.adapters.machines import (
         CloudNotConfigured,
         CoordinatorOptions,
@@ -525,6 +562,10 @@ def _serve(args: argparse.Namespace) -> int:
             fake_state=args.fake_cloud_file,
         )
         lease = lease_for(resolve_url(args.url), lease_seconds=args.lease_seconds)
+        tokens = ApiTokens(args.api_token) if args.api_token else ApiTokens.from_env()
+        check_exposure(args.host, tokens, allow_open=args.insecure_no_auth)
+        max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
+        subnets = [_subnet(spec) for spec in args.subnet]
     except (CloudNotConfigured, InvalidCommand, ValueError) as e:
         print(f"fleetledger: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -549,10 +590,19 @@ def _serve(args: argparse.Namespace) -> int:
             cloud=choice.description,
             log=store,
             holder=leadership.holder,
+            auth=f"{len(tokens)} bearer token(s)" if tokens else "none (open API)",
         )
+        capabilities = _capabilities(store, leadership, clock, subnets, cluster=args.cluster)
         server = _GracefulServer(
             uvicorn.Config(
-                create_app(runtime, manage_runtime=True),
+                create_app(
+                    runtime,
+                    manage_runtime=True,
+                    api_tokens=tokens,
+                    max_body_bytes=max_body_bytes,
+                    routers=capabilities.routers,
+                    companions=capabilities.runtimes,
+                ),
                 host=args.host,
                 port=args.port,
                 timeout_graceful_shutdown=max(1, int(args.grace_seconds)),
@@ -564,6 +614,75 @@ def _serve(args: argparse.Namespace) -> int:
         store.close()
         choice.close()
     return 0
+
+
+def _subnet(spec: str) -> tuple[str, int]:
+    subnet_id, _, capacity = spec.partition("=")
+    if not subnet_id or not capacity.isdigit() or int(capacity) < 1:
+        raise ValueError(f"--subnet takes ID=CAPACITY with a positive capacity, not {spec!r}")
+    return subnet_id, int(capacity)
+
+
+@dataclass(frozen=True, slots=True)
+class _Capabilities:
+    runtimes: list[Any]
+    routers: list[Any]
+
+
+def _capabilities(
+    store: Any, leadership: Any, clock: Any, subnets: list[tuple[str, int]], *, cluster: str
+) -> _Capabilities:
+    """The runtimes and routes served beside the machines API, on the process's leadership."""
+    from fleetledger.adapters.http.agents import agents_router
+    from fleetledger.adapters.http.subnets import subnets_router
+    from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
+    from fleetledger.adapters.nodes import NodesRuntime
+
+    allocator = InMemoryAllocator()
+    for subnet_id, capacity in subnets:
+        allocator.add_subnet(subnet_id, capacity)
+    ipam = IpamRuntime(
+        store, allocator, clock=clock, leadership=leadership, manage_leadership=False
+    )
+    nodes = NodesRuntime(
+        store, _cluster(cluster), clock=clock, leadership=leadership, manage_leadership=False
+    )
+    return _Capabilities(
+        runtimes=[nodes, ipam, _ConfiguredSubnets(ipam, subnets)],
+        routers=[agents_router(nodes), subnets_router(ipam)],
+    )
+
+
+def _cluster(kind: str) -> Any:
+    if kind == "fake":
+        from fleetledger.adapters.cluster import FakeCluster
+
+        return FakeCluster()
+    from kubernetes import client, config
+
+    from fleetledger.adapters.kubernetes import KubernetesCluster
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return KubernetesCluster(client.ApiClient()).start()
+
+
+@dataclass(frozen=True, slots=True)
+class _ConfiguredSubnets:
+    """Records the subnets given on the command line once the subnet runtime runs (creating a
+    subnet again with the same capacity changes nothing)."""
+
+    ipam: Any
+    subnets: list[tuple[str, int]]
+
+    def start(self) -> None:
+        for subnet_id, capacity in self.subnets:
+            self.ipam.service.create(subnet_id, capacity)
+
+    def stop(self) -> None:
+        return None
 
 
 class _GracefulServer:

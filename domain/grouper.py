@@ -26,13 +26,19 @@ the events never depend on them except through the decisions already recorded.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Generic, Literal, TypeAlias, TypeVar, cast, get_args
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.template import MachineTemplate, template_hash
+from fleetledger.domain.template import (
+    MachineTemplate,
+    check_template,
+    check_text,
+    template_hash,
+)
 
 __all__ = [
     "BatchMachine",
@@ -43,6 +49,13 @@ __all__ = [
     "GrouperEvent",
     "GrouperState",
     "Ledger",
+    "MACHINE_NAME_PATTERN",
+    "MAX_REQUEST_ID_LENGTH",
+    "MAX_TAGS",
+    "MAX_TAG_KEY_LENGTH",
+    "MAX_TAG_VALUE_LENGTH",
+    "MAX_ZONES",
+    "MAX_ZONE_LENGTH",
     "MachineRequested",
     "PendingBatch",
     "RecordBatchOutcomes",
@@ -51,6 +64,7 @@ __all__ = [
     "SEAL_REASONS",
     "SealReason",
     "Shutdown",
+    "TAG_KEY_FORBIDDEN",
     "Tick",
     "decide",
     "evolve",
@@ -67,6 +81,26 @@ SEAL_REASONS: tuple[SealReason, ...] = get_args(SealReason)
 
 RequestStatus = Literal["pending", "sealed", "created", "failed"]
 _Outcome = Literal["created", "failed"]
+
+# -- request limits ------------------------------------------------------------------------------
+# What Azure accepts, refused here before anything is recorded: a request Azure would refuse can
+# only fail later, and one the log cannot store would stop the grouper (see ``check_text``).
+
+MACHINE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+"""A machine name becomes the VM's host name and its Kubernetes node name: an RFC 1123 label."""
+MAX_REQUEST_ID_LENGTH = 128
+MAX_ZONES = 3
+"""Azure regions have at most three availability zones."""
+MAX_ZONE_LENGTH = 64
+MAX_TAGS = 50
+"""Azure allows at most 50 tags per resource."""
+MAX_TAG_KEY_LENGTH = 512
+MAX_TAG_VALUE_LENGTH = 256
+TAG_KEY_FORBIDDEN = "<>%&\\?/"
+"""Characters Azure refuses in tag names."""
+
+_MACHINE_NAME = re.compile(MACHINE_NAME_PATTERN)
+_TAG_KEY_REFUSED = re.compile(f"[{re.escape(TAG_KEY_FORBIDDEN)}]")
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -622,27 +656,50 @@ def _validated_request(command: RequestMachine) -> tuple[tuple[str, str], ...]:
     """Check the per-machine fields; return the tags in their one canonical order."""
     if not isinstance(command.request_id, str) or not command.request_id:
         raise InvalidCommand("request_id must be a non-empty string")
-    if not isinstance(command.machine_name, str) or not command.machine_name:
-        raise InvalidCommand("machine_name must be a non-empty string")
+    check_text("request_id", command.request_id, max_length=MAX_REQUEST_ID_LENGTH)
+    _check_machine_name(command.machine_name)
     if not isinstance(command.template, MachineTemplate):
         raise InvalidCommand("template must be a MachineTemplate")
-    zones = command.zones
+    check_template(command.template)
+    _check_zones(command.zones)
+    return _canonical_tags(command.tags)
+
+
+def _check_machine_name(name: object) -> None:
+    if not isinstance(name, str) or not name:
+        raise InvalidCommand("machine_name must be a non-empty string")
+    if _MACHINE_NAME.match(name) is None:
+        raise InvalidCommand(
+            f"machine_name must be 1-63 lowercase letters, digits and '-', starting and ending "
+            f"with a letter or digit (it becomes the node's host name), got {name[:80]!r}"
+        )
+
+
+def _check_zones(zones: object) -> None:
     if type(zones) is not tuple:
         raise InvalidCommand(f"zones must be a tuple of zone names like ('1', '2'), got {zones!r}")
+    if len(zones) > MAX_ZONES:
+        raise InvalidCommand(f"zones lists {len(zones)} zones; Azure regions have {MAX_ZONES}")
     for zone in zones:
         if not isinstance(zone, str) or not zone:
             raise InvalidCommand(f"zones must be non-empty zone names like '1', got {zone!r}")
+        check_text("zones entry", zone, max_length=MAX_ZONE_LENGTH)
     if len(zones) > 1 and len(set(zones)) != len(zones):
         raise InvalidCommand(f"zones lists a zone twice: {zones!r}; give each zone once")
-    tags = command.tags
+
+
+def _canonical_tags(tags: object) -> tuple[tuple[str, str], ...]:
     if type(tags) is not tuple:
         raise InvalidCommand(f"tags must be a tuple of (key, value) pairs, got {tags!r}")
+    if len(tags) > MAX_TAGS:
+        raise InvalidCommand(f"tags hold {len(tags)} entries; Azure allows at most {MAX_TAGS}")
     for pair in tags:
         if type(pair) is not tuple or len(pair) != 2:
             raise InvalidCommand(f"each tag must be a (key, value) pair, got {pair!r}")
         key, value = pair
         if not isinstance(key, str) or not key or not isinstance(value, str):
             raise InvalidCommand(f"tag keys must be non-empty strings, values strings: {pair!r}")
+        _check_tag(key, value)
     if len(tags) < 2:
         return tags
     canonical = tuple(sorted(tags))
@@ -650,6 +707,17 @@ def _validated_request(command: RequestMachine) -> tuple[tuple[str, str], ...]:
     if len(keys) != len(canonical):
         raise InvalidCommand(f"tags set a key more than once: {tags!r}; give each key once")
     return canonical
+
+
+def _check_tag(key: str, value: str) -> None:
+    check_text("tags key", key, max_length=MAX_TAG_KEY_LENGTH)
+    refused = _TAG_KEY_REFUSED.search(key)
+    if refused is not None:
+        raise InvalidCommand(
+            f"tags key {key!r} contains {refused.group()}; Azure refuses "
+            f"{' '.join(TAG_KEY_FORBIDDEN)} in tag names"
+        )
+    check_text(f"tags value of {key!r}", value, max_length=MAX_TAG_VALUE_LENGTH, blank=True)
 
 
 def _same_request(

@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Literal
 
 from fleetledger.domain.errors import InvalidCommand
 
-__all__ = ["MachineTemplate", "Priority", "template_hash"]
+__all__ = [
+    "KUBELET_CONFIG_LIMITS",
+    "MAX_PODS_RANGE",
+    "OS_DISK_SIZE_GB_RANGE",
+    "TEMPLATE_TEXT_LIMIT",
+    "MachineTemplate",
+    "Priority",
+    "check_template",
+    "check_text",
+    "text_problem",
+    "template_hash",
+]
 
 Priority = Literal["spot", "regular"]
 
@@ -29,6 +41,20 @@ _TEXT_FIELDS = (
     "vnet_subnet_id",
 )
 _COUNT_FIELDS = ("max_pods", "os_disk_size_gb")
+
+MAX_PODS_RANGE = (10, 250)
+"""AKS accepts 10 to 250 pods per node (``maxPods``), whatever the network plugin."""
+OS_DISK_SIZE_GB_RANGE = (30, 2048)
+"""AKS caps ``osDiskSizeGB`` at 2048; below 30 GB no AKS node image fits."""
+TEMPLATE_TEXT_LIMIT = 1024
+"""Longest template text (a subnet's resource id is the longest real value, well under this)."""
+KUBELET_CONFIG_LIMITS = (32, 128, 256)
+"""At most 32 kubelet settings, keys of at most 128 and values of at most 256 characters."""
+
+# Control characters (C0, DEL, C1) and UTF-16 surrogates. A NUL cannot be stored in Postgres text
+# (the seal of its batch failed forever), a lone surrogate cannot be encoded as UTF-8 at all, and
+# the rest turn into invisible differences between names that look equal.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +139,80 @@ class MachineTemplate:
             return cls(**values)  # type: ignore[arg-type]
         except TypeError as e:  # a required field is missing
             raise ValueError(f"machine template is incomplete: {e}") from e
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored and sent as it is, or ``None`` if it can."""
+    found = _UNSAFE.search(value)
+    if found is None:
+        return None
+    char = found.group()
+    kind = "a UTF-16 surrogate" if "\ud800" <= char <= "\udfff" else "a control character"
+    return f"contains {kind} (U+{ord(char):04X}) at position {found.start()}; remove it"
+
+
+def check_text(name: str, value: str, *, max_length: int, blank: bool = False) -> None:
+    """Refuse ``value`` (called ``name`` in the message) if it is unsafe, too long, or blank.
+
+    Raises :class:`InvalidCommand` whose message starts with ``name``.
+    """
+    visible = blank or (value and not value.isspace())
+    if visible and len(value) <= max_length and not _UNSAFE.search(value):
+        return  # the common case, decided in one pass over the text
+    if len(value) > max_length:
+        raise InvalidCommand(f"{name} is {len(value)} characters long; the limit is {max_length}")
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidCommand(f"{name} {problem}")
+    if not blank and not value.strip():
+        raise InvalidCommand(f"{name} must not be empty or only whitespace, got {value!r}")
+
+
+def check_template(template: MachineTemplate) -> None:
+    """Refuse a template Azure would refuse, or that cannot be stored: raises
+    :class:`InvalidCommand` whose message starts with ``template <field>``.
+
+    Kept out of ``__post_init__`` on purpose: templates decoded from the log must load whatever
+    the limits say today, or one old event would stop its stream from folding.
+    """
+    problem = _template_problem(template)
+    if problem is not None:
+        raise InvalidCommand(problem)
+
+
+# Every request is checked and a burst uses a handful of templates: memoised like the hash.
+@lru_cache(maxsize=1024)
+def _template_problem(template: MachineTemplate) -> str | None:
+    try:
+        _check_template_fields(template)
+    except InvalidCommand as e:
+        return e.reason
+    return None
+
+
+def _check_template_fields(template: MachineTemplate) -> None:
+    for name in _TEXT_FIELDS:
+        value = getattr(template, name)
+        if value is not None:
+            check_text(f"template {name}", value, max_length=TEMPLATE_TEXT_LIMIT)
+    for name, (low, high) in (
+        ("max_pods", MAX_PODS_RANGE),
+        ("os_disk_size_gb", OS_DISK_SIZE_GB_RANGE),
+    ):
+        value = getattr(template, name)
+        if value is not None and not low <= value <= high:
+            raise InvalidCommand(
+                f"template {name} must be between {low} and {high} (Azure's range), got {value}"
+            )
+    most, key_length, value_length = KUBELET_CONFIG_LIMITS
+    if len(template.kubelet_config) > most:
+        raise InvalidCommand(
+            f"template kubelet_config has {len(template.kubelet_config)} settings; "
+            f"the limit is {most}"
+        )
+    for key, value in template.kubelet_config:
+        check_text("template kubelet_config key", key, max_length=key_length)
+        check_text(f"template kubelet_config {key}", value, max_length=value_length, blank=True)
 
 
 def template_hash(template: MachineTemplate) -> str:

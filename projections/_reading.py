@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from fleetledger.eventstore import EventStore, RecordedEvent
 
-__all__ = ["PAGE", "events_after", "position_in_log"]
+__all__ = ["PAGE", "catch_up", "events_after", "position_in_log"]
 
 PAGE = 1000
 
@@ -35,3 +35,21 @@ def position_in_log(store: EventStore, position: int | None) -> int:
     if position < 0 or position > head:
         raise ValueError(f"position {position} is outside the log (0 to {head}); pick one in it")
     return position
+
+
+def catch_up(
+    store: EventStore, after: int, *, types: Sequence[str], apply: Callable[[RecordedEvent], None]
+) -> tuple[int, int]:
+    """Apply every event of ``types`` after ``after``; returns how many were applied and the
+    head the model is now current to.
+
+    Everything up to the head read first is committed (global order is commit order), so once
+    the filtered read is done a read model is current up to it: its position can move past the
+    events of other capabilities, and a dump or a readiness check can compare it with the head.
+    """
+    head = store.head()
+    applied = 0
+    for record in events_after(store, after, types=types, until=head):
+        apply(record)
+        applied += 1
+    return applied, head

@@ -39,6 +39,7 @@ from fleetledger.domain.machine_batch import (
     MachineNotFound,
 )
 from fleetledger.eventstore import EventStore, RecordedEvent
+from fleetledger.projections._reading import catch_up
 
 __all__ = [
     "MachineRequestsProjection",
@@ -61,7 +62,6 @@ REQUEST_EVENT_TYPES: tuple[str, ...] = (
 )
 """The event types that change a request's view (the rest of the vm.* events do not)."""
 
-_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,23 +139,10 @@ class MachineRequestsProjection:
 
     def catch_up(self, store: EventStore) -> int:
         """Read and apply every relevant event after :attr:`position`; return how many were read."""
-        read = 0
         with self._reading:
-            # Everything up to the head as of now is committed (global order is commit order),
-            # so once the filtered read is done the model is current up to it: the position
-            # moves past events of other capabilities too, and readiness can compare it with
-            # the log's head.
-            head = store.head()
-            while True:
-                records = store.read_all(
-                    after=self.position, limit=_PAGE, types=REQUEST_EVENT_TYPES
-                )
-                for record in records:
-                    self.apply(record)
-                read += len(records)
-                if len(records) < _PAGE:
-                    self._read_up_to(head)
-                    return read
+            read, head = catch_up(store, self.position, types=REQUEST_EVENT_TYPES, apply=self.apply)
+            self._read_up_to(head)
+        return read
 
     def _read_up_to(self, position: int) -> None:
         with self._changed:

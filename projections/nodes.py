@@ -21,7 +21,7 @@ from fleetledger.domain.codec import from_data, registered_event_types
 from fleetledger.domain.nodes import NodeEvent, NodeState
 from fleetledger.eventstore import EventStore, RecordedEvent
 
-from ._reading import events_after, position_in_log
+from ._reading import catch_up, events_after, position_in_log
 
 __all__ = [
     "NODE_EVENT_TYPE_NAMES",
@@ -75,11 +75,12 @@ class NodesProjection:
 
     def catch_up(self, store: EventStore) -> int:
         """Fold every node event after :attr:`position`; return how many were read."""
-        read = 0
         with self._reading:
-            for record in events_after(store, self.position, types=NODE_EVENT_TYPE_NAMES):
-                self.apply(record)
-                read += 1
+            read, head = catch_up(
+                store, self.position, types=NODE_EVENT_TYPE_NAMES, apply=self.apply
+            )
+            with self._lock:
+                self._position = max(self._position, head)
         return read
 
     def apply(self, record: RecordedEvent) -> None:

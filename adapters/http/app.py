@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 from urllib.parse import quote
 
 import structlog
-from fastapi import FastAPI, Query, Request, Response, status
+from fastapi import APIRouter, FastAPI, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -76,7 +76,7 @@ _READY_LAG_EVENTS = 1000
 _LOG_RETRY_SECONDS = 5
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "the body is not JSON"},
+    400: {"description": "the body could not be read as JSON"},
     413: {"description": "the body is larger than the server's limit"},
     503: {"description": "the log is unreachable or the runtime is not running; see Retry-After"},
 }
@@ -103,43 +103,47 @@ def create_app(
     manage_runtime: bool = False,
     api_tokens: ApiTokens | Iterable[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    routers: Sequence[APIRouter] = (),
+    companions: Sequence[Lifecycle] = (),
 ) -> FastAPI:
     """The API over ``runtime``; with ``manage_runtime`` the app starts and stops it.
+
+    ``routers`` add the other capabilities' routes (behind the same tokens and limits);
+    ``companions`` are their runtimes, started after ``runtime`` and stopped before it (so the
+    machines runtime, which releases the leadership, stops last).
 
     ``api_tokens`` (an :class:`~.auth.ApiTokens` or the tokens themselves) makes every route but
     the probes require one of them; ``None`` leaves the API open, which only a caller that has
     decided so (a loopback-only server, a test) should do. Bodies over ``max_body_bytes`` get
     ``413``. Both are validated here: a ``ValueError`` says what to fix.
     """
-    tokens = (
-        None
-        if api_tokens is None
-        else api_tokens
-        if isinstance(api_tokens, ApiTokens)
-        else ApiTokens(api_tokens)
-    )
+    tokens = _tokens(api_tokens)
     max_body_bytes = checked_max_body_bytes(max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if manage_runtime:
             await run_in_threadpool(runtime.start)
+            for companion in companions:
+                await run_in_threadpool(companion.start)
         try:
             yield
         finally:
             if manage_runtime:
+                for companion in reversed(companions):
+                    await run_in_threadpool(companion.stop)
                 await run_in_threadpool(runtime.stop)
 
     # Without tokens the interactive docs work as usual; with them a browser could not load the
     # schema they show (it is behind the token too), so they are not served.
-    docs = {} if tokens is None else {"docs_url": None, "redoc_url": None}
     app = FastAPI(
         title="fleetledger",
         summary="Batched VM creation, recorded as events.",
         version="0.1.0",
         lifespan=lifespan,
         default_response_class=_JSON,
-        **docs,  # type: ignore[arg-type]
+        docs_url="/docs" if tokens is None else None,
+        redoc_url="/redoc" if tokens is None else None,
     )
     _install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
@@ -203,7 +207,23 @@ def create_app(
         return _JSON(view.to_dict())
 
     _install_health_routes(app, runtime)
+    for router in routers:
+        app.include_router(router)
     return app
+
+
+class Lifecycle(Protocol):
+    """A runtime the app starts and stops with itself."""
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+def _tokens(api_tokens: ApiTokens | Iterable[str] | None) -> ApiTokens | None:
+    if api_tokens is None or isinstance(api_tokens, ApiTokens):
+        return api_tokens
+    return ApiTokens(api_tokens)
 
 
 def _read_your_writes(runtime: MachinesRuntime, position: int | None) -> None:

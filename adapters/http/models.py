@@ -4,6 +4,18 @@
 (wrapped into a list of one before validation, so errors always point into ``requests``). The models
 forbid unknown fields — a typo in a template field would otherwise split batches silently (the same
 reason :meth:`fleetledger.domain.template.MachineTemplate.from_data` refuses unknown keys).
+
+Everything the grouper would refuse is refused here first, with the same limits (imported from the
+domain, so the two cannot drift) and written into the OpenAPI schema as patterns, lengths and
+ranges: text holds no control characters (NUL included) and no lone surrogates, names are not
+blank, numbers lie in Azure's ranges, tags within Azure's count, length and character rules.
+Integers may be spelt ``672.0`` — JSON Schema's ``integer`` includes it — but not ``672.5``,
+``"672"`` or ``true``.
+
+Request ids (idempotency keys chosen by the caller) are 1-128 characters of ``A-Z a-z 0-9`` and
+``. _ : ~ -``, starting with a letter or digit: they appear in status URLs, ``Location`` headers
+and logs, where anything else would need escaping. (The URLs are percent-encoded anyway, for ids
+the server did not take through this API.)
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -21,20 +34,123 @@ from pydantic import (
 )
 
 from fleetledger.adapters.machines import MachineRequest
-from fleetledger.domain.template import MachineTemplate
+from fleetledger.domain.grouper import (
+    MACHINE_NAME_PATTERN,
+    MAX_REQUEST_ID_LENGTH,
+    MAX_TAG_KEY_LENGTH,
+    MAX_TAG_VALUE_LENGTH,
+    MAX_TAGS,
+    MAX_ZONE_LENGTH,
+    MAX_ZONES,
+    TAG_KEY_FORBIDDEN,
+)
+from fleetledger.domain.template import (
+    KUBELET_CONFIG_LIMITS,
+    MAX_PODS_RANGE,
+    OS_DISK_SIZE_GB_RANGE,
+    TEMPLATE_TEXT_LIMIT,
+    MachineTemplate,
+    text_problem,
+)
 
 __all__ = [
     "AcceptedResponse",
+    "MAX_REQUESTS_PER_CALL",
     "MachineRequestBody",
     "MachineStatusResponse",
     "MachinesBody",
     "OutcomeError",
     "OutcomeResponse",
+    "REQUEST_ID_PATTERN",
     "TemplateBody",
 ]
 
 MAX_REQUESTS_PER_CALL = 1000
-_Name = Annotated[str, Field(min_length=1, max_length=128)]
+REQUEST_ID_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._:~-]{{0,{MAX_REQUEST_ID_LENGTH - 1}}}$"
+
+_CONTROLS = r"\x00-\x1f\x7f-\x9f"
+
+
+def _visible(excluded: str = "") -> str:
+    """A pattern for text without control characters (or ``excluded``), not only whitespace."""
+    allowed = f"[^{_CONTROLS}{excluded}]"
+    return f"^{allowed}*[^\\s{_CONTROLS}{excluded}]{allowed}*$"
+
+
+def _storable(value: object) -> object:
+    # Runs before the patterns (which document the rule in the schema) to say which character
+    # is at fault and where; it also catches lone surrogates, which no JSON Schema pattern can.
+    if isinstance(value, str):
+        problem = text_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+    return value
+
+
+def _integral(value: object) -> object:
+    # 672.0 is an integer to JSON Schema, so it must be one here; 672.5, "672" and true are not.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _keys_by_pattern(schema: dict[str, Any]) -> None:
+    # pydantic writes constrained dict keys as ``patternProperties``, which lets keys that do not
+    # match through; the API refuses them, so the schema says so with ``propertyNames``.
+    patterns = schema.pop("patternProperties", None)
+    if patterns:
+        ((pattern, values),) = patterns.items()
+        schema.setdefault("propertyNames", {})["pattern"] = pattern
+        schema["additionalProperties"] = values
+
+
+_STORABLE = BeforeValidator(_storable)
+_ANY_TEXT = f"^[^{_CONTROLS}]*$"
+_MAX_KUBELET, _KUBELET_KEY_LENGTH, _KUBELET_VALUE_LENGTH = KUBELET_CONFIG_LIMITS
+_MAX_MACHINE_NAME_LENGTH = 63
+
+_TemplateText = Annotated[
+    str, Field(min_length=1, max_length=TEMPLATE_TEXT_LIMIT, pattern=_visible()), _STORABLE
+]
+_KubeletKey = Annotated[
+    str, Field(min_length=1, max_length=_KUBELET_KEY_LENGTH, pattern=_visible()), _STORABLE
+]
+_KubeletValue = Annotated[
+    str, Field(max_length=_KUBELET_VALUE_LENGTH, pattern=_ANY_TEXT), _STORABLE
+]
+_RequestId = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_REQUEST_ID_LENGTH, pattern=REQUEST_ID_PATTERN),
+    _STORABLE,
+]
+_MachineName = Annotated[
+    str,
+    Field(min_length=1, max_length=_MAX_MACHINE_NAME_LENGTH, pattern=MACHINE_NAME_PATTERN),
+    _STORABLE,
+]
+_Zone = Annotated[
+    str, Field(min_length=1, max_length=MAX_ZONE_LENGTH, pattern=_visible()), _STORABLE
+]
+_TagKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TAG_KEY_LENGTH,
+        pattern=_visible(TAG_KEY_FORBIDDEN.replace("\\", "\\\\")),
+    ),
+    _STORABLE,
+]
+_TagValue = Annotated[str, Field(max_length=MAX_TAG_VALUE_LENGTH, pattern=_ANY_TEXT), _STORABLE]
+# The range sits on the integer, inside the float-to-int step, so the schema shows it as
+# ``minimum``/``maximum`` of an ``integer``.
+_Pods = Annotated[
+    StrictInt, Field(ge=MAX_PODS_RANGE[0], le=MAX_PODS_RANGE[1]), BeforeValidator(_integral)
+]
+_DiskGb = Annotated[
+    StrictInt,
+    Field(ge=OS_DISK_SIZE_GB_RANGE[0], le=OS_DISK_SIZE_GB_RANGE[1]),
+    BeforeValidator(_integral),
+]
 
 
 class TemplateBody(BaseModel):
@@ -42,18 +158,22 @@ class TemplateBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    vm_size: str = Field(min_length=1, examples=["Standard_D4s_v5"])
+    vm_size: _TemplateText = Field(examples=["Standard_D4s_v5"])
     priority: Literal["spot", "regular"] = "regular"
-    mode: str = Field(default="User", min_length=1)
-    gpu_profile: str | None = None
-    orchestrator_version: str | None = Field(default=None, examples=["1.31.2"])
-    max_pods: StrictInt | None = Field(default=None, gt=0)
-    kubelet_config: dict[str, str] = Field(default_factory=dict)
-    os_sku: str | None = None
-    os_disk_size_gb: StrictInt | None = Field(default=None, gt=0)
-    os_disk_type: str | None = None
+    mode: _TemplateText = "User"
+    gpu_profile: _TemplateText | None = None
+    orchestrator_version: _TemplateText | None = Field(default=None, examples=["1.31.2"])
+    max_pods: _Pods | None = Field(default=None, description="Pods per node; AKS accepts 10-250.")
+    kubelet_config: dict[_KubeletKey, _KubeletValue] = Field(
+        default_factory=dict, max_length=_MAX_KUBELET, json_schema_extra=_keys_by_pattern
+    )
+    os_sku: _TemplateText | None = None
+    os_disk_size_gb: _DiskGb | None = Field(
+        default=None, description="OS disk size in GB; AKS accepts 30-2048."
+    )
+    os_disk_type: _TemplateText | None = None
     enable_fips: StrictBool = False
-    vnet_subnet_id: str | None = None
+    vnet_subnet_id: _TemplateText | None = None
 
     def to_template(self) -> MachineTemplate:
         """The domain template (raises ``domain.errors.InvalidCommand`` on a value it refuses)."""
@@ -67,15 +187,26 @@ class MachineRequestBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    request_id: _Name | None = Field(
+    request_id: _RequestId | None = Field(
         default=None,
         description="Idempotency key: re-sending a request with the same id and content "
-        "changes nothing. Omitted: the server picks one.",
+        "changes nothing. Omitted: the server picks one. 1-128 characters of A-Z a-z 0-9 "
+        "and . _ : ~ -, starting with a letter or digit.",
     )
-    machine_name: _Name
+    machine_name: _MachineName = Field(
+        description="Becomes the node's host name: 1-63 lowercase letters, digits and '-', "
+        "starting and ending with a letter or digit.",
+        examples=["aks-user-0001"],
+    )
     template: TemplateBody
-    zones: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
-    tags: dict[Annotated[str, Field(min_length=1)], str] = Field(default_factory=dict)
+    zones: list[_Zone] = Field(default_factory=list, max_length=MAX_ZONES)
+    tags: dict[_TagKey, _TagValue] = Field(
+        default_factory=dict,
+        max_length=MAX_TAGS,
+        json_schema_extra=_keys_by_pattern,
+        description="Azure's rules: at most 50 tags, names of at most 512 characters without "
+        "< > % & \\ ? /, values of at most 256 characters.",
+    )
     skip_batching: StrictBool = Field(
         default=False,
         description="Give this request its own batch, sealed at once (the seed's "

@@ -113,6 +113,13 @@ class TestSurface:
             "GrouperEvent",
             "GrouperState",
             "Ledger",
+            "MACHINE_NAME_PATTERN",
+            "MAX_REQUEST_ID_LENGTH",
+            "MAX_TAGS",
+            "MAX_TAG_KEY_LENGTH",
+            "MAX_TAG_VALUE_LENGTH",
+            "MAX_ZONES",
+            "MAX_ZONE_LENGTH",
             "MachineRequested",
             "PendingBatch",
             "RecordBatchOutcomes",
@@ -121,6 +128,7 @@ class TestSurface:
             "SEAL_REASONS",
             "SealReason",
             "Shutdown",
+            "TAG_KEY_FORBIDDEN",
             "Tick",
             "decide",
             "evolve",
@@ -682,6 +690,116 @@ class TestValidation:
         """Requests with empty ids, repeated zones or tag keys are refused."""
         with pytest.raises(InvalidCommand):
             decide(initial_state(), command, CONFIG)
+
+
+class TestPoisonRequests:
+    """Requests the log could not store, or Azure would refuse, are refused before any event."""
+
+    @pytest.mark.parametrize(
+        ("command", "field"),
+        [
+            (RequestMachine("r\x00", "m", D4, at=T0), "request_id"),
+            (RequestMachine("r\ud800", "m", D4, at=T0), "request_id"),
+            (RequestMachine("   ", "m", D4, at=T0), "request_id"),
+            (RequestMachine("r" * 129, "m", D4, at=T0), "request_id"),
+            (RequestMachine("r", "m\x00", D4, at=T0), "machine_name"),
+            (RequestMachine("r", " ", D4, at=T0), "machine_name"),
+            (RequestMachine("r", "a/b", D4, at=T0), "machine_name"),
+            (RequestMachine("r", "M-1", D4, at=T0), "machine_name"),
+            (RequestMachine("r", "m-", D4, at=T0), "machine_name"),
+            (RequestMachine("r", "m" * 64, D4, at=T0), "machine_name"),
+            (RequestMachine("r", "m", D4, zones=("1\n",), at=T0), "zones"),
+            (RequestMachine("r", "m", D4, zones=("1", "2", "3", "4"), at=T0), "zones"),
+            (RequestMachine("r", "m", D4, tags=(("team", "a\x00"),), at=T0), "tags"),
+            (RequestMachine("r", "m", D4, tags=(("team", "\udfff"),), at=T0), "tags"),
+            (RequestMachine("r", "m", D4, tags=(("a/b", "1"),), at=T0), "tags"),
+            (RequestMachine("r", "m", D4, tags=(("k%", "1"),), at=T0), "tags"),
+            (RequestMachine("r", "m", D4, tags=((" ", "1"),), at=T0), "tags"),
+            (RequestMachine("r", "m", D4, tags=(("k" * 513, "1"),), at=T0), "tags"),
+            (RequestMachine("r", "m", D4, tags=(("k", "v" * 257),), at=T0), "tags"),
+            (
+                RequestMachine("r", "m", D4, tags=tuple((f"k{i}", "v") for i in range(51)), at=T0),
+                "tags",
+            ),
+            (
+                RequestMachine("r", "m", MachineTemplate(vm_size="D4", max_pods=251), at=T0),
+                "template",
+            ),
+            (
+                RequestMachine("r", "m", MachineTemplate(vm_size="D4\x00"), at=T0),
+                "template",
+            ),
+        ],
+        ids=[
+            "NUL in id",
+            "surrogate in id",
+            "blank id",
+            "long id",
+            "NUL in name",
+            "blank name",
+            "slash in name",
+            "upper-case name",
+            "name ending in a hyphen",
+            "64-character name",
+            "newline in zone",
+            "four zones",
+            "NUL in tag value",
+            "surrogate in tag value",
+            "slash in tag key",
+            "percent in tag key",
+            "blank tag key",
+            "long tag key",
+            "long tag value",
+            "51 tags",
+            "max_pods over 250",
+            "NUL in the template",
+        ],
+    )
+    def test_refused_naming_the_field(self, command: RequestMachine, field: str) -> None:
+        """The refusal's message starts with the field at fault, so the edge can name it."""
+        with pytest.raises(InvalidCommand) as refused:
+            decide(initial_state(), command, CONFIG)
+
+        assert refused.value.reason.split(" ", 1)[0] == field
+
+    def test_requests_at_every_limit_are_accepted(self) -> None:
+        """50 tags of the longest key and value, three zones and a 63-character name pass."""
+        tags = tuple((f"{i:03d}" + "k" * 509, "v" * 256) for i in range(50))
+        command = RequestMachine("r" * 128, "m" * 63, D4, zones=("1", "2", "3"), tags=tags, at=T0)
+
+        (event,) = decide(initial_state(), command, CONFIG)
+
+        assert isinstance(event, MachineRequested) and len(event.tags) == 50
+
+    def test_stored_requests_fold_whatever_the_limits(self) -> None:
+        """An event recorded before the limits existed still folds: limits are for new requests."""
+        old = MachineRequested(
+            "r\x00",
+            "Upper/Case",
+            MachineTemplate(vm_size="D4", max_pods=500),
+            "h",
+            (),
+            (("a/b", "\x00"),),
+            False,
+            "h-00000001",
+            T0,
+        )
+
+        state = evolve(initial_state(), old)
+
+        assert request_status(state, "r\x00") == ("pending", "h-00000001")
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.text(min_size=1, max_size=20))
+    def test_any_text_is_refused_or_safe_to_store(self, value: str) -> None:
+        """Whatever a tag value holds, it is refused or free of NUL, controls and surrogates."""
+        command = RequestMachine("r", "m", D4, tags=(("k", value),), at=T0)
+        try:
+            decide(initial_state(), command, CONFIG)
+        except InvalidCommand:
+            return
+        assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value)
+        value.encode("utf-8")
 
 
 class TestQueries:

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from fleetledger.domain.errors import InvalidCommand
-from fleetledger.domain.template import MachineTemplate, template_hash
+from fleetledger.domain.template import (
+    MachineTemplate,
+    check_template,
+    check_text,
+    template_hash,
+    text_problem,
+)
 
 SMALL = MachineTemplate(vm_size="Standard_D4s_v5")
 GPU = MachineTemplate(
@@ -173,3 +179,84 @@ class TestMachineTemplateValidation:
         """Data without the one required field is a ValueError, not a TypeError."""
         with pytest.raises(ValueError, match="incomplete"):
             MachineTemplate.from_data({"mode": "User"})
+
+
+class TestAzureLimits:
+    @pytest.mark.parametrize(
+        ("template", "field"),
+        [
+            (MachineTemplate(vm_size="x", max_pods=9), "max_pods"),
+            (MachineTemplate(vm_size="x", max_pods=251), "max_pods"),
+            (MachineTemplate(vm_size="x", os_disk_size_gb=29), "os_disk_size_gb"),
+            (MachineTemplate(vm_size="x", os_disk_size_gb=2049), "os_disk_size_gb"),
+            (MachineTemplate(vm_size="\t"), "vm_size"),
+            (MachineTemplate(vm_size="x", mode="User\x00"), "mode"),
+            (MachineTemplate(vm_size="x", os_sku="\ud83d"), "os_sku"),
+            (MachineTemplate(vm_size="x", vnet_subnet_id="/s" * 513), "vnet_subnet_id"),
+            (MachineTemplate(vm_size="x", kubelet_config=(("a\x00", "1"),)), "kubelet_config"),
+            (
+                MachineTemplate(
+                    vm_size="x", kubelet_config=tuple((f"k{i:02d}", "1") for i in range(33))
+                ),
+                "kubelet_config",
+            ),
+        ],
+    )
+    def test_out_of_range_templates_are_refused_naming_the_field(
+        self, template: MachineTemplate, field: str
+    ) -> None:
+        """``check_template`` refuses what Azure or the log would, naming ``template <field>``."""
+        with pytest.raises(InvalidCommand) as refused:
+            check_template(template)
+
+        assert refused.value.reason.split(" ")[:2] == ["template", field]
+
+    @pytest.mark.parametrize("name", sorted(GOLDEN))
+    def test_the_reference_templates_pass(self, name: str) -> None:
+        """Real templates are within every limit."""
+        check_template(GOLDEN[name][0])
+
+    def test_the_limits_are_inclusive(self) -> None:
+        """10 and 250 pods, 30 and 2048 GB are accepted."""
+        for pods, disk in ((10, 30), (250, 2048)):
+            check_template(MachineTemplate(vm_size="x", max_pods=pods, os_disk_size_gb=disk))
+
+    def test_construction_does_not_apply_the_limits(self) -> None:
+        """Templates decoded from old events load whatever today's limits say."""
+        template = MachineTemplate.from_data({"vm_size": "x", "max_pods": 1000})
+
+        assert template.max_pods == 1000
+
+
+class TestText:
+    @pytest.mark.parametrize(
+        ("value", "problem"),
+        [
+            ("a\x00", "control character (U+0000) at position 1"),
+            ("\x7f", "control character (U+007F)"),
+            ("\x85", "control character (U+0085)"),
+            ("a\udc80", "surrogate (U+DC80)"),
+        ],
+    )
+    def test_problems_are_named_with_their_code_point(self, value: str, problem: str) -> None:
+        """The reason says which character and where."""
+        found = text_problem(value)
+
+        assert found is not None and problem in found
+
+    @pytest.mark.parametrize("value", ["Standard_D4s_v5", "機-1", "a b", "🚀", ""])
+    def test_printable_text_has_no_problem(self, value: str) -> None:
+        """Any printable text, in any script, is fine."""
+        assert text_problem(value) is None
+
+    @pytest.mark.parametrize("value", ["", " ", "\u3000", " \u00a0 "])
+    def test_blank_is_refused_unless_allowed(self, value: str) -> None:
+        """Empty or whitespace-only text is refused for names, allowed where ``blank`` says so."""
+        check_text("value", value, max_length=5, blank=True)
+        with pytest.raises(InvalidCommand, match=r"^name must not be empty"):
+            check_text("name", value, max_length=5)
+
+    def test_length_is_checked_first(self) -> None:
+        """A long value is refused by length without scanning it."""
+        with pytest.raises(InvalidCommand, match=r"^name is 6 characters long; the limit is 5"):
+            check_text("name", "\x00" * 6, max_length=5)
