@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_grouper(bench_commands)
     _add_bench_serve(bench_commands)
     _add_bench_nodes(bench_commands)
+    _add_bench_placement(bench_commands)
     _add_simulate(commands)
     _add_serve(commands)
     _add_dumpstate(commands)
@@ -139,6 +140,17 @@ def _add_bench_nodes(bench_commands: Subcommands) -> None:
     nodes.add_argument("--seconds", type=float, default=10.0)
     _add_json(nodes)
     nodes.set_defaults(run=_bench_nodes)
+
+
+def _add_bench_placement(bench_commands: Subcommands) -> None:
+    placement = bench_commands.add_parser(
+        "placement", help="planning and end-to-end placements per second over 1,000 nodes"
+    )
+    _add_url(placement)
+    placement.add_argument("--nodes", type=int, default=1000)
+    placement.add_argument("--batch", type=int, default=100)
+    _add_json(placement)
+    placement.set_defaults(run=_bench_placement)
 
 
 def _add_bench_serve(bench_commands: Subcommands) -> None:
@@ -243,6 +255,14 @@ def _add_serve(commands: Subcommands) -> None:
         default=[],
         metavar="ID=CAPACITY",
         help="manage pod IPs of this subnet (repeatable), e.g. --subnet aks-pods=1024",
+    )
+    serve.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="NAME=VM_SIZE:CPU_MILLI:MEMORY_GIB",
+        help="a worker pool placement may grow (repeatable), e.g. "
+        "--pool general=Standard_D4s_v5:4000:16; workloads need at least one",
     )
     serve.add_argument(
         "--cluster",
@@ -420,6 +440,19 @@ def _bench_nodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_placement(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.placement import run_placement_bench
+    from fleetledger.adapters.benchmarks.scratch import scratch_database
+
+    with scratch_database(args.url) as scratch:
+        report = run_placement_bench(scratch, nodes=args.nodes, batch=args.batch)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0
+
+
 def _bench_serve(args: argparse.Namespace) -> int:
     from fleetledger.adapters.benchmarks.serve import run_serve_bench
 
@@ -472,13 +505,13 @@ def _simulate(args: argparse.Namespace) -> int:
     if capability is None and args.scenario not in scenario_names():
         known = ", ".join(sorted([*scenario_names(), *_CAPABILITY_SCENARIOS]))
         raise ValueError(f"unknown scenario {args.scenario!r}; choose one of: {known}")
-    if capability is not None and args.compare:
-        raise ValueError(f"--compare applies to machine-request scenarios, not {args.scenario!r}")
+    if capability is not None and args.compare and args.scenario not in _COMPARABLE:
+        raise ValueError(f"--compare does not apply to the {args.scenario!r} scenario")
     writes_log = capability is None or capability[1]
     url = args.url if args.url is not None or not writes_log else _fresh_simulation_log()
     report: Any
     if capability is not None:
-        report = capability[0](args.seed, url)
+        report = capability[0](args.seed, url, args.compare)
     elif args.compare:
         report = compare_scenario(args.scenario, seed=args.seed, url=url, against=args.compare)
     else:
@@ -495,30 +528,38 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_subnet(seed: int, url: str | None) -> Any:
+def _run_subnet(seed: int, url: str | None, compare: str | None) -> Any:
     from fleetledger.adapters.simulator.subnet import run_subnet_scenario
 
     return run_subnet_scenario(seed)
 
 
-def _run_restart(seed: int, url: str | None) -> Any:
+def _run_restart(seed: int, url: str | None, compare: str | None) -> Any:
     from fleetledger.adapters.simulator.restart import run_restart_scenario
 
     return run_restart_scenario(seed)
 
 
-def _run_testbed(seed: int, url: str | None) -> Any:
+def _run_testbed(seed: int, url: str | None, compare: str | None) -> Any:
     from fleetledger.adapters.simulator.testbed import run_testbed_scenario
 
     return run_testbed_scenario(seed, url=url)
 
 
+def _run_placement(seed: int, url: str | None, compare: str | None) -> Any:
+    from fleetledger.adapters.simulator.placement import run_placement_scenario
+
+    return run_placement_scenario(seed, compare_naive=compare == "naive", url=url)
+
+
 # The scenarios of the other capabilities: (runner, whether it writes a log).
-_CAPABILITY_SCENARIOS: dict[str, tuple[Callable[[int, str | None], Any], bool]] = {
+_CAPABILITY_SCENARIOS: dict[str, tuple[Callable[[int, str | None, str | None], Any], bool]] = {
     "subnet": (_run_subnet, False),
     "restart": (_run_restart, False),
     "testbed": (_run_testbed, True),
+    "burst-workloads": (_run_placement, True),
 }
+_COMPARABLE = {"burst-workloads"}
 
 
 def _fresh_simulation_log() -> str:
@@ -566,6 +607,7 @@ def _serve(args: argparse.Namespace) -> int:
         check_exposure(args.host, tokens, allow_open=args.insecure_no_auth)
         max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
         subnets = [_subnet(spec) for spec in args.subnet]
+        pools = [_pool(spec) for spec in args.pool]
     except (CloudNotConfigured, InvalidCommand, ValueError) as e:
         print(f"fleetledger: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -592,7 +634,9 @@ def _serve(args: argparse.Namespace) -> int:
             holder=leadership.holder,
             auth=f"{len(tokens)} bearer token(s)" if tokens else "none (open API)",
         )
-        capabilities = _capabilities(store, leadership, clock, subnets, cluster=args.cluster)
+        capabilities = _capabilities(
+            store, leadership, clock, runtime, subnets=subnets, pools=pools, cluster=args.cluster
+        )
         server = _GracefulServer(
             uvicorn.Config(
                 create_app(
@@ -629,8 +673,34 @@ class _Capabilities:
     routers: list[Any]
 
 
+def _pool(spec: str) -> Any:
+    from fleetledger.domain.placement import Pool
+    from fleetledger.domain.template import MachineTemplate
+
+    name, _, shape = spec.partition("=")
+    parts = shape.split(":")
+    if not name or len(parts) != 3 or not all(p.isdigit() for p in parts[1:]):
+        raise ValueError(
+            f"--pool takes NAME=VM_SIZE:CPU_MILLI:MEMORY_GIB, e.g. "
+            f"general=Standard_D4s_v5:4000:16, not {spec!r}"
+        )
+    return Pool(
+        name=name,
+        template=MachineTemplate(vm_size=parts[0]),
+        worker_cpu_milli=int(parts[1]),
+        worker_memory_bytes=int(parts[2]) << 30,
+    )
+
+
 def _capabilities(
-    store: Any, leadership: Any, clock: Any, subnets: list[tuple[str, int]], *, cluster: str
+    store: Any,
+    leadership: Any,
+    clock: Any,
+    machines: Any,
+    *,
+    subnets: list[tuple[str, int]],
+    pools: list[Any],
+    cluster: str,
 ) -> _Capabilities:
     """The runtimes and routes served beside the machines API, on the process's leadership."""
     from fleetledger.adapters.http.agents import agents_router
@@ -647,10 +717,19 @@ def _capabilities(
     nodes = NodesRuntime(
         store, _cluster(cluster), clock=clock, leadership=leadership, manage_leadership=False
     )
-    return _Capabilities(
-        runtimes=[nodes, ipam, _ConfiguredSubnets(ipam, subnets)],
-        routers=[agents_router(nodes), subnets_router(ipam)],
-    )
+    runtimes: list[Any] = [nodes, ipam, _ConfiguredSubnets(ipam, subnets)]
+    routers: list[Any] = [agents_router(nodes), subnets_router(ipam)]
+    if pools:
+        from fleetledger.adapters.http.workloads import workloads_router
+        from fleetledger.adapters.placement import PlacementRuntime
+
+        placement = PlacementRuntime(
+            store, nodes.service, pools, machines=machines.service, clock=clock,
+            leadership=leadership,
+        )  # fmt: skip
+        runtimes.append(placement)
+        routers.append(workloads_router(placement))
+    return _Capabilities(runtimes=runtimes, routers=routers)
 
 
 def _cluster(kind: str) -> Any:

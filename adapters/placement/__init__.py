@@ -1,0 +1,43 @@
+"""Batch workload placement on the node accounting streams (seed 02; PRODUCT.md §4.2).
+
+:class:`Collector` gathers requests into batches; :class:`PlacementService` plans each batch on
+one snapshot with :func:`fleetledger.domain.placement.plan` and commits it in one multi-stream
+append (each workload a reservation event on its ``node-<name>`` stream), sending overflow to the
+Grouper as machine requests; :class:`PlacementRuntime` runs them.
+"""
+
+from __future__ import annotations
+
+from .collector import Collector
+from .errors import (
+    InvalidWorkload,
+    LogUnavailable,
+    PlacementError,
+    RuntimeStopped,
+    UnknownWorkload,
+)
+from .runtime import PlacementRuntime
+from .service import (
+    BatchReport,
+    MachineRequester,
+    PlacementService,
+    WorkloadState,
+    WorkloadStatus,
+    pool_by_prefix,
+)
+
+__all__ = [
+    "BatchReport",
+    "Collector",
+    "InvalidWorkload",
+    "LogUnavailable",
+    "MachineRequester",
+    "PlacementError",
+    "PlacementRuntime",
+    "PlacementService",
+    "RuntimeStopped",
+    "UnknownWorkload",
+    "WorkloadState",
+    "WorkloadStatus",
+    "pool_by_prefix",
+]

@@ -1,0 +1,80 @@
+"""A batch's reservations as the node aggregate decides them, and the one append carrying them.
+
+Each touched node's ``ReservePod`` commands are decided by :func:`fleetledger.domain.nodes.decide`
+on the state the batch planned on, one after the other; the events go to the node's stream with
+that state's version as the expected version. All touched nodes go in one ``append_many``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from fleetledger.adapters.nodes import NODE_CODEC
+from fleetledger.adapters.runtime import Writer
+from fleetledger.domain import nodes
+from fleetledger.domain.errors import Rejected
+from fleetledger.domain.nodes import NodeEvent, NodeState, ReservePod
+from fleetledger.eventstore import StreamAppend
+
+__all__ = ["NodeBatch", "node_appends"]
+
+
+@dataclass(slots=True)
+class NodeBatch:
+    """One node as a batch planned on it: its state and version, and the commands planned."""
+
+    state: NodeState
+    version: int
+    commands: list[ReservePod] = field(default_factory=list)
+    _decided: tuple[list[NodeEvent], list[str], NodeState] | None = None
+
+    def extend(self, commands: Sequence[ReservePod]) -> None:
+        self.commands.extend(commands)
+        self._decided = None
+
+    def decided(self) -> tuple[list[NodeEvent], list[str], NodeState]:
+        """The node's events for the commands, their causes, and the state they leave."""
+        if self._decided is None:
+            self._decided = self._decide()
+        return self._decided
+
+    def _decide(self) -> tuple[list[NodeEvent], list[str], NodeState]:
+        state = self.state
+        events: list[NodeEvent] = []
+        causes: list[str] = []
+        for command in self.commands:
+            try:
+                decided = nodes.decide(state, command)
+            except Rejected as e:
+                # The plan was made on this very state, so the node agrees; if it ever does
+                # not, failing the batch loudly beats losing a workload silently.
+                raise AssertionError(f"node refused a planned reservation: {e.reason}") from e
+            events.extend(decided)
+            causes.extend([f"workload:{command.spec.name}"] * len(decided))
+            for event in decided:
+                state = nodes.evolve(state, event)
+        return events, causes, state
+
+
+def node_appends(touched: Mapping[str, NodeBatch], writer: Writer) -> list[StreamAppend]:
+    """One append per touched node stream, expected version = the version planned on; with the
+    leader term on every event while the writer leads."""
+    appends = []
+    term = writer.fencing.term()
+    labels = dict(writer.labels)
+    for node in sorted(touched):
+        batch = touched[node]
+        events, causes, _ = batch.decided()
+        stream_id = nodes.stream_id(node)
+        records = NODE_CODEC.encode(
+            stream_id,
+            batch.version + 1,
+            events,
+            causation_ids=causes,
+            actor=writer.actor,
+            labels=labels,
+            leader_terms=[term] * len(events) if term is not None else None,
+        )
+        appends.append(StreamAppend(stream_id, records, expected_version=batch.version))
+    return appends

@@ -1,0 +1,191 @@
+"""The assembled workload placement: collector, batches, overflow into machine requests.
+
+``PlacementRuntime`` runs placement over the node accounting service::
+
+    runtime = PlacementRuntime(store, nodes_runtime.service, pools, machines=machines.service)
+    with runtime:                                   # start(): the batching thread
+        [wid] = runtime.submit([WorkloadRequest(id="w-1", cpu_milli=500, memory_bytes=GIB)])
+        print(runtime.wait(wid, timeout=1.0))       # placed on a node, waiting, or rejected
+
+Any process may place: every reservation is appended with the node stream's expected version,
+so two placers can never overbook a node, they only conflict and re-plan. With a
+``leadership`` (run by the caller) appends made while leading carry the leader term and a
+deposed leader's appends are refused. ``threads=False`` wires the same without a thread: tests
+and the simulator call :meth:`step`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from fleetledger.adapters.clock import Clock, SystemClock
+from fleetledger.adapters.nodes import NodeService
+from fleetledger.adapters.runtime import NoFencing, RetryPolicy, Writer
+from fleetledger.adapters.runtime.leadership import Leadership
+from fleetledger.domain.placement import Pool, WorkerStatus, WorkloadRequest
+from fleetledger.domain.placement_pools import check_request
+from fleetledger.eventstore import EventStore
+
+from .collector import Collector
+from .errors import InvalidWorkload, PlacementError, RuntimeStopped
+from .service import BatchReport, MachineRequester, PlacementService, WorkloadStatus
+
+__all__ = ["PlacementRuntime"]
+
+log = structlog.get_logger(__name__)
+
+
+class PlacementRuntime:
+    """Workload placement over one store and the node accounting service."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        nodes_service: NodeService,
+        pools: Sequence[Pool],
+        *,
+        machines: MachineRequester | None = None,
+        clock: Clock | None = None,
+        pool_of: Callable[[str], str | None] | None = None,
+        max_batch: int = 100,
+        window_seconds: float = 0.05,
+        max_conflict_retries: int = 5,
+        threads: bool = True,
+        leadership: Leadership | None = None,
+        actor: str = "fleetledger",
+        retry: RetryPolicy | None = None,
+        join_poll_seconds: float = 0.5,
+    ) -> None:
+        if join_poll_seconds <= 0:
+            raise ValueError(f"join_poll_seconds must be positive, got {join_poll_seconds}")
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.collector = Collector(max_batch=max_batch, window_seconds=window_seconds)
+        writer = Writer(
+            actor=actor,
+            labels=(("capability", "placement"),),
+            fencing=leadership if leadership is not None else NoFencing(),
+        )
+        self.service = PlacementService(
+            store,
+            nodes_service,
+            pools,
+            clock=self.clock,
+            machines=machines,
+            pool_of=pool_of,
+            writer=writer,
+            retry=retry,
+            max_conflict_retries=max_conflict_retries,
+        )
+        self.service.requeue = lambda requests: self.collector.put(requests, first=True)
+        self._threads = threads
+        self._join_poll = join_poll_seconds
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self.reports: list[BatchReport] = []
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def start(self) -> PlacementRuntime:
+        """Host every logged node (the snapshot's nodes), then start batching (a thread unless
+        ``threads=False``)."""
+        if self._running:
+            return self
+        nodes_service = self.service.nodes_service
+        for node in nodes_service.logged_nodes():
+            nodes_service.stream(node)
+        self._running = True
+        if self._threads:
+            self._thread = threading.Thread(
+                target=self._loop, name="placement-batches", daemon=True
+            )
+            self._thread.start()
+        log.info("placement runtime started", threads=self._threads)
+        return self
+
+    def stop(self) -> None:
+        """Stop batching after the batch in flight; queued requests stay queued."""
+        if not self._running:
+            return
+        self._running = False
+        self.collector.close()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=10.0)
+        log.info("placement runtime stopped", queued=len(self.collector))
+
+    def __enter__(self) -> PlacementRuntime:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def submit(self, requests: Sequence[WorkloadRequest]) -> tuple[str, ...]:
+        """Queue ``requests`` for placement; their ids. A workload already queued, waiting or
+        placed is not queued again. :class:`InvalidWorkload` names the first malformed one
+        (nothing is queued then)."""
+        if not self._running:
+            raise RuntimeStopped("the placement runtime is not running; start() it first")
+        if not requests:
+            raise InvalidWorkload("send at least one workload")
+        for index, request in enumerate(requests):
+            problem = check_request(request)
+            if problem is not None:
+                raise InvalidWorkload(f"workload {index}: {problem}")
+        self.collector.put(self.service.accept(requests))
+        return tuple(r.id for r in requests)
+
+    def status(self, workload_id: str) -> WorkloadStatus:
+        return self.service.status(workload_id)
+
+    def wait(self, workload_id: str, *, timeout: float) -> WorkloadStatus:
+        return self.service.wait(workload_id, timeout=timeout)
+
+    def release(self, workload_id: str) -> None:
+        """Return the workload's capacity (its node's stream records the release)."""
+        self.service.release(workload_id, discard=self.collector.discard)
+
+    def set_worker_status(self, node: str, status: WorkerStatus) -> None:
+        self.service.set_worker_status(node, status)
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def step(self) -> list[BatchReport]:
+        """Without threads: place everything queued (and what waits for joined workers)."""
+        if not self._running:
+            raise RuntimeStopped("the placement runtime is not running; start() it first")
+        reports: list[BatchReport] = []
+        while True:
+            batch = self.collector.take_ready() or self.service.joined_waiting()
+            if not batch:
+                return reports
+            reports.append(self._batch(batch))
+
+    def _batch(self, batch: list[WorkloadRequest]) -> BatchReport:
+        report = self.service.place_batch(batch)
+        self.reports.append(report)
+        del self.reports[:-1000]
+        return report
+
+    def _loop(self) -> None:
+        while self._running:
+            batch = self.collector.take(timeout=self._join_poll)
+            if not batch and self._running and self.service.pending_workers():
+                batch = self.service.joined_waiting()
+            if not batch:
+                continue
+            try:
+                self._batch(batch)
+            except PlacementError as e:
+                # The batch was put back in the queue; back off so an outage is not a busy loop.
+                log.warning("placement batch failed; retrying", error=str(e))
+                self.clock.sleep(self._join_poll)
+            except Exception:
+                log.exception("placement batch failed unexpectedly")
+                self.clock.sleep(self._join_poll)

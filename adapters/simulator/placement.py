@@ -1,0 +1,467 @@
+"""The ``burst-workloads`` scenario: seed 02's burst, placed in batches on one snapshot each.
+
+The world (one seeded ``random.Random``, a manual clock, a scratch SQLite log unless ``url``):
+20 workers of pool ``cpu`` (4 CPUs, 16 GiB), joined through the node accounting service.
+
+``fits``
+    100 workloads of 250–750 milli-CPU and 0.5–2 GiB arrive within 100 ms. They fit on the
+    workers with room to spare (any fit does: a workload fails to fit only when every worker has
+    under 750 milli-CPU free, i.e. more than 65 CPUs in use, and the burst asks for at most 75),
+    so the bin-packing minimum of new workers is 0. The batch reads one snapshot and commits one
+    append.
+``overflow``
+    The ``fits`` workloads are released (through their nodes' streams) and each worker takes one
+    resident 4-CPU job, so the fleet is full. Then 100 workloads of 1, 2 or 3 CPUs arrive: they
+    truly overflow. With sizes in quarters of a worker the optimum is known exactly — each 3
+    takes a worker (and one 1 with it), the 2s and remaining 1s fill workers four quarters at a
+    time: ``n3 + ⌈(2·n2 + max(0, n1 − n3)) / 4⌉`` — and the workers requested must equal it.
+    The requested workers then join, and the batch after places their waiting workloads on them.
+
+``compare_naive`` replays both bursts one request at a time against a cache refreshed every
+500 ms of virtual time (seed 02's "before"): each request takes the first worker the cache shows
+room on, appends its reservation alone, and when the node refuses (the cache was stale) asks for
+a new worker of its own. Its ``workers_requested`` minus the minimum is its unnecessary workers.
+
+Per phase: ``requests``, ``placed`` (at the end of the phase), ``workers_requested``,
+``bin_packing_minimum``, ``snapshot_reads_per_batch`` (the batch runtime: snapshots planned on
+per batch; naive: cache reads per request), ``appends_per_batch`` (per batch that committed
+reservations; naive: per request). ``overcommitted_nodes`` counts nodes holding more than they
+have, read from the log at the end (must be 0: the node aggregate refuses an overbooking).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from random import Random
+
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.machines import MachineRequest
+from fleetledger.adapters.nodes import DEFAULT_NODE_CONFIG, NodeService
+from fleetledger.adapters.placement import BatchReport, PlacementRuntime
+from fleetledger.domain.nodes import (
+    DeletePod,
+    JoinNode,
+    NodeCommand,
+    NodeState,
+    ReservePod,
+    other_reserved,
+)
+from fleetledger.domain.placement import Pool, WorkloadRequest, reservation
+from fleetledger.domain.template import MachineTemplate
+from fleetledger.eventstore import EventStore, migrate, open_store
+
+__all__ = ["PHASES", "PhaseFigures", "PlacementReport", "run_placement_scenario"]
+
+PHASES = ("fits", "overflow")
+_GIB = 1 << 30
+_MIB = 1 << 20
+_WORKERS = 20
+_BURST = 100
+_CACHE_SECONDS = 0.5
+_EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
+_POOL = Pool(
+    name="cpu",
+    template=MachineTemplate(vm_size="Standard_D4s_v5"),
+    worker_cpu_milli=4000,
+    worker_memory_bytes=16 * _GIB,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseFigures:
+    """What one phase did (the JSON keys are a contract)."""
+
+    name: str
+    requests: int
+    placed: int
+    workers_requested: int
+    bin_packing_minimum: int
+    snapshot_reads_per_batch: float
+    appends_per_batch: float
+    batches: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "requests": self.requests,
+            "placed": self.placed,
+            "workers_requested": self.workers_requested,
+            "bin_packing_minimum": self.bin_packing_minimum,
+            "snapshot_reads_per_batch": round(self.snapshot_reads_per_batch, 3),
+            "appends_per_batch": round(self.appends_per_batch, 3),
+            "batches": self.batches,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementReport:
+    """The batch runtime's phases, and the naive placer's when compared."""
+
+    seed: int
+    phases: tuple[PhaseFigures, ...]
+    overcommitted_nodes: int
+    naive: tuple[PhaseFigures, ...] | None = None
+    naive_overcommitted_nodes: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready figures, for ``--json``."""
+        data: dict[str, object] = {
+            "scenario": "burst-workloads",
+            "seed": self.seed,
+            "config": {
+                "workers": _WORKERS,
+                "burst": _BURST,
+                "worker_cpu_milli": _POOL.worker_cpu_milli,
+                "worker_memory_bytes": _POOL.worker_memory_bytes,
+                "naive_cache_seconds": _CACHE_SECONDS,
+            },
+            "phases": [p.to_dict() for p in self.phases],
+            "overcommitted_nodes": self.overcommitted_nodes,
+        }
+        if self.naive is not None:
+            data["naive"] = {
+                "phases": [p.to_dict() for p in self.naive],
+                "overcommitted_nodes": self.naive_overcommitted_nodes,
+                "unnecessary_workers": sum(
+                    p.workers_requested - p.bin_packing_minimum for p in self.naive
+                ),
+            }
+        return data
+
+    def render(self) -> str:
+        """A readable table, the naive placer beside the batches when compared."""
+        lines = [f"burst-workloads (seed {self.seed}): {_WORKERS} workers, bursts of {_BURST}"]
+        header = f"  {'phase':<9} {'placer':<7} {'placed':>7} {'workers':>8} {'minimum':>8} "
+        lines.append(header + f"{'snapshots/batch':>16} {'appends/batch':>14}")
+        runs = [("batch", self.phases)]
+        if self.naive is not None:
+            runs.append(("naive", self.naive))
+        for index, name in enumerate(PHASES):
+            for placer, phases in runs:
+                p = phases[index]
+                lines.append(
+                    f"  {name:<9} {placer:<7} {p.placed:>3}/{p.requests:<3} "
+                    f"{p.workers_requested:>8} {p.bin_packing_minimum:>8} "
+                    f"{p.snapshot_reads_per_batch:>16.2f} {p.appends_per_batch:>14.2f}"
+                )
+        lines.append(f"  overcommitted nodes: {self.overcommitted_nodes}")
+        if self.naive is not None:
+            unnecessary = sum(p.workers_requested - p.bin_packing_minimum for p in self.naive)
+            lines.append(
+                f"  naive: {unnecessary} unnecessary workers, "
+                f"{self.naive_overcommitted_nodes} overcommitted nodes"
+            )
+        return "\n".join(lines)
+
+
+def run_placement_scenario(
+    seed: int, *, compare_naive: bool = False, url: str | None = None
+) -> PlacementReport:
+    """Run ``burst-workloads``; see the module docstring. ``url`` must name a fresh database
+    (the batch runtime's fleet is ``cpu-*``, the naive placer's ``naive-*``)."""
+    rng = Random(seed)
+    fits = _fits_burst(rng)
+    sizes = [rng.choice((1000, 2000, 3000)) for _ in range(_BURST)]
+    overflow = [
+        WorkloadRequest(id=f"over-{i:03}", cpu_milli=cpu, memory_bytes=_GIB)
+        for i, cpu in enumerate(sizes)
+    ]
+    minimum = _quarters_minimum(sizes)
+    with _scratch_store(url) as store:
+        phases, overcommitted = _batched(store, fits, overflow, minimum)
+    naive = naive_over = None
+    if compare_naive:
+        with _scratch_store(url) as store:
+            naive, naive_over = _naive(store, fits, overflow, minimum)
+    return PlacementReport(
+        seed=seed,
+        phases=phases,
+        overcommitted_nodes=overcommitted,
+        naive=naive,
+        naive_overcommitted_nodes=naive_over,
+    )
+
+
+# -- the bursts ----------------------------------------------------------------------------------
+
+
+def _fits_burst(rng: Random) -> list[WorkloadRequest]:
+    return [
+        WorkloadRequest(
+            id=f"fit-{i:03}",
+            cpu_milli=rng.choice((250, 500, 750)),
+            memory_bytes=rng.choice((512, 1024, 1536, 2048)) * _MIB,
+            priority=rng.choice((0, 0, 0, 1)),
+        )
+        for i in range(_BURST)
+    ]
+
+
+def _quarters_minimum(sizes: Sequence[int]) -> int:
+    """The fewest 4-CPU workers holding items of 1, 2 and 3 CPUs (exact, see the docstring)."""
+    quarter = _POOL.worker_cpu_milli // 4
+    n1, n2, n3 = (sum(1 for s in sizes if s == k * quarter) for k in (1, 2, 3))
+    return n3 + -(-(2 * n2 + max(0, n1 - n3)) // 4)
+
+
+def _residents() -> list[WorkloadRequest]:
+    return [
+        WorkloadRequest(id=f"resident-{i:03}", cpu_milli=_POOL.worker_cpu_milli, memory_bytes=_GIB)
+        for i in range(_WORKERS)
+    ]
+
+
+# -- the batch runtime ---------------------------------------------------------------------------
+
+
+class _Provisioner:
+    """Overflow's machine requests, joined as nodes when the scenario says they are ready."""
+
+    def __init__(self) -> None:
+        self.requested: list[str] = []
+
+    def request(self, requests: Sequence[MachineRequest]) -> object:
+        self.requested.extend(r.machine_name for r in requests)
+        return None
+
+
+def _join(service: NodeService, name: str) -> None:
+    service.execute(
+        name,
+        lambda at: [
+            JoinNode(
+                name,
+                _POOL.worker_cpu_milli,
+                _POOL.worker_memory_bytes,
+                _POOL.worker_gpu,
+                DEFAULT_NODE_CONFIG,
+                at=at,
+            )
+        ],
+        cause="simulator:join",
+    )
+
+
+def _fleet(store: EventStore, clock: ManualClock, prefix: str) -> NodeService:
+    service = NodeService(store, clock=clock)
+    for i in range(_WORKERS):
+        _join(service, f"{prefix}-{i:03}")
+    return service
+
+
+def _batched(
+    store: EventStore,
+    fits: list[WorkloadRequest],
+    overflow: list[WorkloadRequest],
+    minimum: int,
+) -> tuple[tuple[PhaseFigures, ...], int]:
+    clock = ManualClock(_EPOCH)
+    nodes = _fleet(store, clock, _POOL.name)
+    machines = _Provisioner()
+    runtime = PlacementRuntime(store, nodes, [_POOL], machines=machines, clock=clock, threads=False)
+    with runtime:
+        runtime.submit(fits)
+        clock.advance(timedelta(milliseconds=100))
+        first = _phase(
+            "fits",
+            fits,
+            runtime=runtime,
+            reports=runtime.step(),
+            workers=len(machines.requested),
+            minimum=0,
+        )
+        for request in fits:
+            runtime.release(request.id)
+        runtime.submit(_residents())
+        runtime.step()
+        asked_before = len(machines.requested)
+        runtime.submit(overflow)
+        reports = runtime.step()
+        for name in machines.requested[asked_before:]:
+            clock.advance(timedelta(seconds=1))
+            _join(nodes, name)
+        reports += runtime.step()
+        second = _phase(
+            "overflow",
+            overflow,
+            runtime=runtime,
+            reports=reports,
+            workers=len(machines.requested) - asked_before,
+            minimum=minimum,
+        )
+    return (first, second), _overcommitted(store, f"{_POOL.name}-")
+
+
+def _phase(
+    name: str,
+    requests: Sequence[WorkloadRequest],
+    *,
+    runtime: PlacementRuntime,
+    reports: Sequence[BatchReport],
+    workers: int,
+    minimum: int,
+) -> PhaseFigures:
+    placed = sum(1 for r in requests if runtime.status(r.id).state == "placed")
+    committing = [r for r in reports if r.appends]
+    return PhaseFigures(
+        name=name,
+        requests=len(requests),
+        placed=placed,
+        workers_requested=workers,
+        bin_packing_minimum=minimum,
+        snapshot_reads_per_batch=sum(r.snapshot_reads for r in reports) / max(1, len(reports)),
+        appends_per_batch=sum(r.appends for r in committing) / max(1, len(committing)),
+        batches=len(reports),
+    )
+
+
+# -- the naive placer ----------------------------------------------------------------------------
+
+
+class _Naive:
+    """One request at a time against a cache refreshed every 500 ms (seed 02's "before")."""
+
+    def __init__(self, store: EventStore, clock: ManualClock) -> None:
+        self.clock = clock
+        self.nodes = _fleet(store, clock, "naive")
+        self.cache: dict[str, tuple[int, int]] = {}
+        self.cached_at: datetime | None = None
+        self.cache_reads = 0
+        self.appends = 0
+        self.workers = 0
+        self.placed: set[str] = set()
+
+    def _room(self) -> dict[str, tuple[int, int]]:
+        now = self.clock.now()
+        if self.cached_at is None or (now - self.cached_at).total_seconds() >= _CACHE_SECONDS:
+            self.cache = {
+                name: _free(state) for name, state in self.nodes.hosted().items() if state.present
+            }
+            self.cached_at = now
+        self.cache_reads += 1
+        return self.cache
+
+    def place(self, request: WorkloadRequest) -> None:
+        room = self._room()
+        target = next(
+            (
+                name
+                for name, (cpu, memory) in sorted(room.items())
+                if cpu >= request.cpu_milli and memory >= request.memory_bytes
+            ),
+            None,
+        )
+        if target is not None:
+            self.appends += 1
+            command = reservation(request, at=self.clock.now())
+            try:
+                self.nodes.execute(
+                    target,
+                    lambda at: [ReservePod(command.spec, at=at)],
+                    cause=f"naive:{request.id}",
+                )
+                self.placed.add(request.id)
+                return
+            except Exception:
+                pass
+        # Seed 02: "everything appears full → add a new worker", one per request.
+        self.workers += 1
+
+
+def _release(pod: str, at: datetime) -> list[NodeCommand]:
+    return [DeletePod(pod, at=at)]
+
+
+def _free(state: NodeState) -> tuple[int, int]:
+    other_cpu, other_slots = other_reserved(state)
+    slot = state.config.memory_slot_bytes if state.config is not None else 1
+    cpu = (state.cpu.remaining + other_cpu) // 1000 * 1000 - state.other_raw_cpu_milli
+    memory = (state.memory.remaining + other_slots) * slot - state.other_raw_memory_bytes
+    return cpu, memory
+
+
+def _naive(
+    store: EventStore,
+    fits: list[WorkloadRequest],
+    overflow: list[WorkloadRequest],
+    minimum: int,
+) -> tuple[tuple[PhaseFigures, ...], int]:
+    clock = ManualClock(_EPOCH)
+    naive = _Naive(store, clock)
+    figures = []
+    for name, burst, least in (("fits", fits, 0), ("overflow", overflow, minimum)):
+        if name == "overflow":
+            for request in fits:
+                node = naive.nodes.node_of(request.id)
+                if node is not None:
+                    naive.nodes.execute(node, partial(_release, request.id), cause="naive:release")
+            clock.advance(timedelta(seconds=1))
+            for resident in _residents():
+                # Setup, not measured: a fresh cache for each, so the fleet is full as in the
+                # batch run.
+                clock.advance(timedelta(seconds=1))
+                naive.place(resident)
+            clock.advance(timedelta(seconds=1))
+        reads, appends, workers = naive.cache_reads, naive.appends, naive.workers
+        for request in burst:
+            naive.place(request)
+            clock.advance(timedelta(milliseconds=1))
+        count = len(burst)
+        figures.append(
+            PhaseFigures(
+                name=name,
+                requests=count,
+                placed=sum(1 for r in burst if r.id in naive.placed),
+                workers_requested=naive.workers - workers,
+                bin_packing_minimum=least,
+                snapshot_reads_per_batch=(naive.cache_reads - reads) / count,
+                appends_per_batch=(naive.appends - appends) / count,
+                batches=count,
+            )
+        )
+    return tuple(figures), _overcommitted(store, "naive-")
+
+
+# -- checks and plumbing -------------------------------------------------------------------------
+
+
+def _overcommitted(store: EventStore, prefix: str) -> int:
+    """Nodes whose logged state holds more than they have (read back from the log)."""
+    fresh = NodeService(store, clock=ManualClock(_EPOCH))
+    count = 0
+    for name in fresh.logged_nodes():
+        if not name.startswith(prefix):
+            continue
+        state = fresh.stream(name).state
+        if (
+            state.cpu.reserved > state.cpu.reservable
+            or state.memory.reserved > state.memory.reservable
+            or state.gpu_reserved > state.gpu_total
+        ):
+            count += 1
+    return count
+
+
+@contextlib.contextmanager
+def _scratch_store(url: str | None) -> Iterator[EventStore]:
+    if url is not None:
+        migrate.upgrade(url)
+        with open_store(url) as store:
+            yield store
+        return
+    shm = Path("/dev/shm")
+    scratch = Path(tempfile.mkdtemp(prefix="fleetledger-pl-", dir=shm if shm.is_dir() else None))
+    try:
+        scratch_url = f"sqlite:///{scratch / 'placement.db'}"
+        migrate.upgrade(scratch_url)
+        with open_store(scratch_url) as store:
+            yield store
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

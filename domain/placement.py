@@ -1,0 +1,283 @@
+"""Batch workload placement (seed 02; PRODUCT.md §4.2): a whole batch planned on one snapshot.
+
+Seed 02's scheduler placed requests one at a time against a cache it invalidated after each; by
+the fiftieth request the cache showed every worker full and it asked for 50+ workers that were not
+needed. :func:`plan` takes the batch and **one** :class:`Snapshot` of node capacity, keeps an
+in-memory tracker per worker (so nothing in the batch is double-booked) and decides everything
+before anything is written:
+
+* requests go in a fixed order — priority (highest first), then arrival;
+* a request may use the pools :func:`~fleetledger.domain.placement_pools.eligible` allows: its
+  selector's pool (no selector: only pools that require none), GPU workers of an accepted type for
+  a GPU request and only non-GPU workers otherwise, never a preemptible worker for a
+  non-preemptible request, never a draining or disabled pool or worker;
+* it goes to the first pool, by pool priority then GPU type preference, with a worker it fits on
+  cpu, memory and GPU; within the pool to the worker it fits most tightly (fewest GPUs, then
+  milli-CPU, then memory left) — best fit keeps whole workers free for large requests and lets
+  empty ones drain. Workers left equally tight are chosen between by a hash of the request id:
+  the same batch always lands the same way, and equal workers share the load;
+* requests a worker already requested was meant for are placed on it first once it has joined;
+* what fits no worker is packed (:func:`~fleetledger.domain.placement_pack.pack_overflow`) into
+  workers already requested and then into the fewest new ones; a request no pool could ever hold
+  is rejected at once, with the reason.
+
+The commit is the node aggregate's own: each placement is a
+:class:`~fleetledger.domain.nodes.ReservePod` on that node's stream (``node-<name>``), appended
+for all touched nodes together with the snapshot's versions as expected versions. A worker's free
+capacity comes from its node state by :func:`worker_of`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from operator import attrgetter
+
+from fleetledger.domain.nodes import (
+    MILLI_PER_CPU,
+    ContainerResources,
+    NodeState,
+    OtherPodSpec,
+    ReservePod,
+    other_reserved,
+)
+from fleetledger.domain.placement_model import (
+    WORKER_STATUSES,
+    NewWorker,
+    PendingWorker,
+    PlacementPlan,
+    Pool,
+    Snapshot,
+    Worker,
+    WorkerStatus,
+    WorkloadRequest,
+)
+from fleetledger.domain.placement_pack import pack_overflow
+from fleetledger.domain.placement_pools import (
+    check_request,
+    eligible,
+    holds,
+    never_fits,
+    pool_order,
+)
+
+__all__ = [
+    "WORKER_STATUSES",
+    "NewWorker",
+    "PendingWorker",
+    "PlacementPlan",
+    "Pool",
+    "Snapshot",
+    "Worker",
+    "WorkerStatus",
+    "WorkloadRequest",
+    "eligible",
+    "holds",
+    "never_fits",
+    "plan",
+    "pool_order",
+    "reservation",
+    "worker_of",
+]
+
+
+def worker_of(
+    state: NodeState, *, version: int, pool: str, status: WorkerStatus = "available"
+) -> Worker:
+    """What the node in ``state`` (at stream ``version``) can still take, as a worker of ``pool``.
+
+    Workloads are non-VM pods, whose raw sums count toward the node rounded up to whole CPUs and
+    slots; so the node takes a workload while the rounded-up sums stay within what remains plus
+    what those sums hold already. The room is given in raw amounts: exact, and additive within a
+    batch. A node not (or no longer) present offers nothing.
+    """
+    if not state.present or state.config is None:
+        return Worker(
+            name=state.name,
+            pool=pool,
+            version=version,
+            free_cpu_milli=0,
+            free_memory_bytes=0,
+            free_gpu=0,
+            status=status,
+        )
+    slot = max(1, state.config.memory_slot_bytes)
+    other_cpu, other_slots = other_reserved(state)
+    cpu_room = (state.cpu.remaining + other_cpu) // MILLI_PER_CPU * MILLI_PER_CPU
+    memory_room = (state.memory.remaining + other_slots) * slot
+    return Worker(
+        name=state.name,
+        pool=pool,
+        version=version,
+        free_cpu_milli=max(0, cpu_room - state.other_raw_cpu_milli),
+        free_memory_bytes=max(0, memory_room - state.other_raw_memory_bytes),
+        free_gpu=max(0, state.gpu_total - state.gpu_reserved),
+        status=status,
+    )
+
+
+def reservation(request: WorkloadRequest, *, at: datetime) -> ReservePod:
+    """The node command that sets ``request``'s resources aside: a non-VM pod named by the
+    workload id, with one container requesting the workload's amounts. (Not a VM pod: those are
+    scaled by agents and chosen for migration, which a batch workload is not.)"""
+    return ReservePod(
+        OtherPodSpec(
+            name=request.id,
+            containers=(
+                ContainerResources(
+                    cpu_request_milli=request.cpu_milli,
+                    memory_request_bytes=request.memory_bytes,
+                    gpu=request.gpu,
+                ),
+            ),
+        ),
+        at=at,
+    )
+
+
+def _tie_hash(request_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big")
+
+
+class _Tracker:
+    """Free capacity per worker for one batch, each pool's workers sorted by (gpu, cpu, memory)
+    free so the tightest fit is a bisection away."""
+
+    __slots__ = ("cpu", "gpu", "index", "keys", "memory", "pool_of", "workers")
+
+    def __init__(self, workers: Iterable[Worker], pools: Sequence[Pool]) -> None:
+        available = {p.name for p in pools if p.status == "available"}
+        self.workers = sorted(
+            (w for w in workers if w.status == "available" and w.pool in available),
+            key=attrgetter("name"),
+        )
+        self.index: dict[str, int] = {}
+        self.cpu: list[int] = []
+        self.memory: list[int] = []
+        self.gpu: list[int] = []
+        self.pool_of: list[str] = []
+        self.keys: dict[str, list[tuple[int, int, int, int]]] = {p: [] for p in available}
+        for i, w in enumerate(self.workers):
+            # Values come from node states, which never go negative; clamp anyway, since a
+            # negative free amount would let the tracker hand out capacity that is not there.
+            cpu = w.free_cpu_milli if w.free_cpu_milli > 0 else 0
+            memory = w.free_memory_bytes if w.free_memory_bytes > 0 else 0
+            gpu = w.free_gpu if w.free_gpu > 0 else 0
+            self.index[w.name] = i
+            self.cpu.append(cpu)
+            self.memory.append(memory)
+            self.gpu.append(gpu)
+            self.pool_of.append(w.pool)
+            self.keys[w.pool].append((gpu, cpu, memory, i))
+        for keys in self.keys.values():
+            keys.sort()
+
+    def _key(self, i: int) -> tuple[int, int, int, int]:
+        return (self.gpu[i], self.cpu[i], self.memory[i], i)
+
+    def fits(self, i: int, request: WorkloadRequest) -> bool:
+        return (
+            request.gpu <= self.gpu[i]
+            and request.cpu_milli <= self.cpu[i]
+            and request.memory_bytes <= self.memory[i]
+        )
+
+    def tightest(self, pool: str, request: WorkloadRequest, tie: int) -> int | None:
+        """The worker of ``pool`` that ``request`` fits most tightly, or ``None``."""
+        keys = self.keys[pool]
+        gpu, cpu, memory = request.gpu, request.cpu_milli, request.memory_bytes
+        start = bisect_left(keys, (gpu, cpu, memory, -1))
+        for at in range(start, len(keys)):
+            free_gpu, free_cpu, free_memory, _ = keys[at]
+            if free_cpu >= cpu and free_memory >= memory:
+                end = bisect_left(keys, (free_gpu, free_cpu, free_memory + 1), at)
+                return keys[at + tie % (end - at)][3]
+        return None
+
+    def take(self, i: int, request: WorkloadRequest) -> None:
+        keys = self.keys[self.pool_of[i]]
+        del keys[bisect_left(keys, self._key(i))]
+        self.gpu[i] -= request.gpu
+        self.cpu[i] -= request.cpu_milli
+        self.memory[i] -= request.memory_bytes
+        insort(keys, self._key(i))
+
+
+def plan(
+    requests: Sequence[WorkloadRequest],
+    snapshot: Snapshot,
+    pools: Sequence[Pool],
+    *,
+    at: datetime,
+) -> PlacementPlan:
+    """Place ``requests`` on ``snapshot`` (read once for the batch); see the module docstring."""
+    rejected: dict[str, str] = {}
+    valid: list[WorkloadRequest] = []
+    seen: set[str] = set()
+    for request in requests:
+        if request.id in seen:
+            continue  # the same workload sent twice: one answer for both
+        seen.add(request.id)
+        problem = check_request(request)
+        if problem is None:
+            problem = never_fits(request, pools)
+        if problem is not None:
+            rejected.setdefault(str(request.id), problem)
+            continue
+        valid.append(request)
+    order = sorted(range(len(valid)), key=lambda i: (-valid[i].priority, i))
+    ordered = [valid[i] for i in order]
+
+    tracker = _Tracker(snapshot.workers, pools)
+    by_name = {p.name: p for p in pools}
+    placed: dict[str, str] = {}
+    reservations: dict[str, list[ReservePod]] = {}
+
+    def place(i: int, request: WorkloadRequest) -> None:
+        tracker.take(i, request)
+        worker = tracker.workers[i]
+        placed[request.id] = worker.name
+        reservations.setdefault(worker.name, []).append(reservation(request, at=at))
+
+    # A joined worker was requested for its waiting workloads: they go on it before anything else.
+    joined = [p for p in snapshot.pending if p.name in tracker.index]
+    owner = {rid: p.name for p in joined for rid in p.request_ids}
+    for request in ordered:
+        name = owner.get(request.id)
+        if name is None:
+            continue
+        i = tracker.index[name]
+        pool = by_name.get(tracker.pool_of[i])
+        if pool is not None and eligible(request, pool) and tracker.fits(i, request):
+            place(i, request)
+
+    orders: dict[tuple[object, ...], tuple[str, ...]] = {}
+    overflow: list[WorkloadRequest] = []
+    for request in ordered:
+        if request.id in placed:
+            continue
+        shape = (request.selector, request.gpu > 0, request.gpu_types, request.preemptible)
+        names = orders.get(shape)
+        if names is None:
+            names = orders[shape] = tuple(p.name for p in pool_order(request, pools))
+        tie = _tie_hash(request.id)
+        for pool_name in names:
+            chosen = tracker.tightest(pool_name, request, tie)
+            if chosen is not None:
+                place(chosen, request)
+                break
+        else:
+            overflow.append(request)
+
+    still_pending = [p for p in snapshot.pending if p.name not in tracker.index]
+    packed = pack_overflow(overflow, pools, still_pending) if overflow else None
+    return PlacementPlan(
+        placed=placed,
+        reservations={node: tuple(cmds) for node, cmds in reservations.items()},
+        versions={node: tracker.workers[tracker.index[node]].version for node in reservations},
+        waiting=packed.waiting if packed else {},
+        provisions=packed.provisions if packed else (),
+        rejected=rejected,
+    )

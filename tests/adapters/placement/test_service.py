@@ -1,0 +1,167 @@
+"""PlacementService on both backends: one snapshot and one append per batch, overflow into
+machine requests, joined workers first, release through the node's stream."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.placement import (
+    PlacementService,
+    UnknownWorkload,
+    WorkloadStatus,
+    pool_by_prefix,
+)
+from fleetledger.domain import nodes
+from fleetledger.eventstore import EventStore
+
+from .support import CPU_POOL, T0, FakeMachines, join, node_service, workload
+
+
+@pytest.fixture
+def machines() -> FakeMachines:
+    return FakeMachines()
+
+
+def service_on(store: EventStore, machines: FakeMachines, workers: int) -> PlacementService:
+    clock = ManualClock(T0)
+    node_svc = node_service(store, clock)
+    for i in range(workers):
+        join(node_svc, f"cpu-{i:03}")
+    return PlacementService(store, node_svc, [CPU_POOL], clock=clock, machines=machines)
+
+
+class TestBatch:
+    def test_a_burst_that_fits_is_one_snapshot_and_one_append(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """100 requests on 20 workers with room: all placed, no worker requested, one snapshot
+        read and one append carrying a reservation per workload on its node's stream."""
+        service = service_on(store, machines, 20)
+        before = store.read_all(after=0, limit=10_000)
+        report = service.place_batch([workload(f"w{i}", 500) for i in range(100)])
+        assert (report.placed, report.workers_requested, machines.requests) == (100, (), [])
+        assert (report.snapshot_reads, report.appends, report.conflicts) == (1, 1, 0)
+        after = store.read_all(after=before[-1].global_position, limit=10_000)
+        assert {r.type for r in after} == {"nodes.OtherPodReserved"}
+        assert len(after) == 100
+        assert after[-1].global_position - after[0].global_position == 99
+        nodes_used = {service.status(f"w{i}").node for i in range(100)}
+        assert {r.stream_id for r in after} == {nodes.stream_id(str(n)) for n in nodes_used}
+
+    def test_placements_are_in_the_node_streams(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """A placed workload is a pod of its node's stream, found again after a restart."""
+        service = service_on(store, machines, 2)
+        service.place_batch([workload("w1", 3000)])
+        node = service.status("w1").node
+        assert node is not None
+        restarted = node_service(store)
+        for name in restarted.logged_nodes():
+            restarted.stream(name)
+        fresh = PlacementService(
+            store, restarted, [CPU_POOL], clock=ManualClock(T0), machines=machines
+        )
+        assert fresh.status("w1") == WorkloadStatus("w1", "placed", node=node)
+
+    def test_overflow_becomes_machine_requests_with_the_pool_template(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """What fits nowhere waits for the minimum of new workers, requested from the Grouper."""
+        service = service_on(store, machines, 1)
+        report = service.place_batch([workload(f"w{i}", 3000) for i in range(4)])
+        assert report.placed == 1
+        assert len(report.workers_requested) == 3
+        assert [r.machine_name for r in machines.requests] == list(report.workers_requested)
+        assert {r.template for r in machines.requests} == {CPU_POOL.template}
+        waiting = [service.status(f"w{i}") for i in range(4)]
+        assert sorted(s.state for s in waiting) == ["pending-provisioning"] * 3 + ["placed"]
+
+    def test_capacity_on_its_way_is_counted(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """A second batch fills the worker already requested before asking for another."""
+        service = service_on(store, machines, 0)
+        service.place_batch([workload("a", 2000)])
+        report = service.place_batch([workload("b", 2000)])
+        assert report.workers_requested == ()
+        assert service.status("b").worker == service.status("a").worker
+
+    def test_a_joined_worker_takes_its_waiting_workloads_first(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """Once the requested node joins, the next batch places its workloads on it, before the
+        batch's own requests."""
+        service = service_on(store, machines, 0)
+        service.place_batch([workload("a", 4000)])
+        worker = service.status("a").worker
+        assert worker is not None
+        join(service._nodes, worker)
+        service.place_batch([workload("b", 4000, priority=9)])
+        assert service.status("a").node == worker
+        assert service.status("b").state == "pending-provisioning"
+        assert [p.name for p in service.pending_workers()] == [service.status("b").worker]
+
+    def test_never_fits_is_rejected_with_the_reason(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """A request larger than any worker is rejected at once, not left pending."""
+        service = service_on(store, machines, 1)
+        report = service.place_batch([workload("huge", 64_000)])
+        status = service.status("huge")
+        assert (report.rejected, status.state, machines.requests) == (1, "rejected", [])
+        assert status.reason is not None and "more than any worker" in status.reason
+
+    def test_draining_workers_are_left_alone(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """A worker marked draining takes no new workload."""
+        service = service_on(store, machines, 2)
+        service.set_worker_status("cpu-000", "draining")
+        service.place_batch([workload(f"w{i}") for i in range(3)])
+        assert {service.status(f"w{i}").node for i in range(3)} == {"cpu-001"}
+
+
+class TestRelease:
+    def test_release_returns_capacity_through_the_node_stream(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """Releasing a placed workload appends PodDeleted to its node, and the room is reused."""
+        service = service_on(store, machines, 1)
+        service.place_batch([workload("a", 4000)])
+        service.release("a")
+        [last] = store.read_stream(nodes.stream_id("cpu-000"), backwards=True, limit=1)
+        assert last.type == "nodes.PodDeleted"
+        assert service.status("a").state == "released"
+        report = service.place_batch([workload("b", 4000)])
+        assert (report.placed, report.workers_requested) == (1, ())
+
+    def test_releasing_a_waiting_workload_frees_the_worker_on_its_way(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """A workload waiting for a worker gives its share back to later overflow."""
+        service = service_on(store, machines, 0)
+        service.place_batch([workload("a", 4000)])
+        service.release("a")
+        report = service.place_batch([workload("b", 4000)])
+        assert report.workers_requested == ()
+
+    def test_unknown(self, store: EventStore, machines: FakeMachines) -> None:
+        """An id never submitted is UnknownWorkload."""
+        service = service_on(store, machines, 0)
+        with pytest.raises(UnknownWorkload):
+            service.status("nope")
+
+
+class TestConfig:
+    def test_pool_by_prefix_takes_the_longest_pool_name(self) -> None:
+        """Node names map to the longest pool name they start with."""
+        pool_of = pool_by_prefix([CPU_POOL, dataclasses.replace(CPU_POOL, name="cpu-big")])
+        assert (pool_of("cpu-big-1"), pool_of("cpu-1"), pool_of("gpu-1")) == (
+            "cpu-big",
+            "cpu",
+            None,
+        )
