@@ -34,8 +34,9 @@ typecheck: $(STAMP)
 	for package in $(PACKAGES); do cp -as "$(CURDIR)/$$package" $(TYPECHECK_TREE)/fleetledger/; done
 	MYPYPATH=$(TYPECHECK_TREE) $(BIN)/mypy -p fleetledger -p tests
 
+# One worker per core: most tests wait on Postgres, so two workers halve the run on two cores.
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache fleetledger.db*

@@ -741,10 +741,11 @@ def _cluster(kind: str) -> Any:
 
     from fleetledger.adapters.kubernetes import KubernetesCluster
 
+    # The kubernetes client is untyped; these only read the service account or ~/.kube/config.
     try:
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_kube_config()
+        config.load_kube_config()  # type: ignore[no-untyped-call]
     return KubernetesCluster(client.ApiClient()).start()
 
 

@@ -63,7 +63,6 @@ REQUEST_EVENT_TYPES: tuple[str, ...] = (
 """The event types that change a request's view (the rest of the vm.* events do not)."""
 
 
-
 @dataclass(frozen=True, slots=True)
 class RequestView:
     """Everything known about one request, as of global position ``position``."""

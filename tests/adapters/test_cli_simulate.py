@@ -83,7 +83,7 @@ class TestCapabilityScenarios:
     def test_an_unknown_scenario_lists_every_name(self, capsys: pytest.CaptureFixture[str]) -> None:
         """A typo is answered with every scenario there is."""
         assert main(["simulate", "--scenario", "nosuch"]) == EXIT_USAGE
-        assert "burst-vms, restart, subnet, testbed" in capsys.readouterr().err
+        assert "burst-vms, burst-workloads, restart, subnet, testbed" in capsys.readouterr().err
 
 
 def _head(url: str) -> int:
