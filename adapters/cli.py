@@ -111,11 +111,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_simulate(commands)
     _add_serve(commands)
     _add_dumpstate(commands)
+    _add_extender(commands)
 
     return parser
 
 
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _add_extender(commands: Subcommands) -> None:
+    extender = commands.add_parser(
+        "extender",
+        help="the kube-scheduler extender (filter, preempt) for slot testbeds, on its own port",
+    )
+    _add_url(extender)
+    extender.add_argument("--host", default="127.0.0.1")
+    extender.add_argument("--port", type=int, default=8081)
+    extender.set_defaults(run=_extender)
 
 
 def _add_dumpstate(commands: Subcommands) -> None:
@@ -412,6 +424,22 @@ def _bench_store(args: argparse.Namespace) -> int:
         _print_json(report.to_dict())
     else:
         print(report.render())
+    return 0
+
+
+def _extender(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from fleetledger.adapters.clock import SystemClock
+    from fleetledger.adapters.extender.server import create_extender_app
+    from fleetledger.adapters.testbeds.service import TestbedsService
+
+    with open_store(args.url) as store:
+        # Answers come from the testbeds' streams as this process folds them; reservations are
+        # appended with expected versions, so any number of extenders may serve one scheduler.
+        service = TestbedsService(store, clock=SystemClock())
+        log.info("serving the scheduler extender", url=f"http://{args.host}:{args.port}")
+        uvicorn.run(create_extender_app(service), host=args.host, port=args.port, log_config=None)
     return 0
 
 
