@@ -21,6 +21,7 @@ __all__ = [
     "MAX_PODS_RANGE",
     "OS_DISK_SIZE_GB_RANGE",
     "TEMPLATE_TEXT_LIMIT",
+    "UNSAFE_CHARACTERS",
     "MachineTemplate",
     "Priority",
     "check_template",
@@ -54,7 +55,10 @@ KUBELET_CONFIG_LIMITS = (32, 128, 256)
 # Control characters (C0, DEL, C1) and UTF-16 surrogates. A NUL cannot be stored in Postgres text
 # (the seal of its batch failed forever), a lone surrogate cannot be encoded as UTF-8 at all, and
 # the rest turn into invisible differences between names that look equal.
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+UNSAFE_CHARACTERS = r"\x00-\x1f\x7f-\x9f\ud800-\udfff"
+"""Control characters and lone surrogates, as a regular expression character range: text the
+log could not store, or that would reach Azure as something else."""
+_UNSAFE = re.compile(f"[{UNSAFE_CHARACTERS}]")
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ _PAGE = _SELECT + "WHERE global_position > %s ORDER BY global_position LIMIT %s"
 _PAGE_OF_TYPES = (
     _SELECT + "WHERE global_position > %s AND type = ANY(%s) ORDER BY global_position LIMIT %s"
 )
+_HEAD = "SELECT coalesce(max(global_position), 0) FROM events"
 # LIMIT NULL is no limit.
 _STREAM = _SELECT + "WHERE stream_id = %s AND stream_version >= %s ORDER BY stream_version LIMIT %s"
 _STREAM_BACKWARDS = (
@@ -60,6 +61,11 @@ class PostgresReader:
         if types is None:
             return self._fetch(_PAGE, (after, limit))
         return self._fetch(_PAGE_OF_TYPES, (after, list(types), limit))
+
+    def head(self) -> int:
+        """The position of the log's last event (0 for an empty log)."""
+        [(position,)] = self._fetch(_HEAD, ())
+        return int(position)
 
     def read_stream(
         self, stream_id: str, *, from_version: int, backwards: bool, limit: int | None

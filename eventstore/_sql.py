@@ -272,6 +272,9 @@ class SqlBackend:
             return _recorded_page(conn.execute(query).all())
 
     def head(self) -> int:
+        if self._reader is not None:
+            with self._translated("read from"):
+                return self._reader.head()
         with self._translated("read from"), self._engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar() or 0)
 

@@ -38,16 +38,22 @@ def position_in_log(store: EventStore, position: int | None) -> int:
 
 
 def catch_up(
-    store: EventStore, after: int, *, types: Sequence[str], apply: Callable[[RecordedEvent], None]
-) -> tuple[int, int]:
-    """Apply every event of ``types`` after ``after``; returns how many were applied and the
-    head the model is now current to.
+    store: EventStore,
+    after: int,
+    *,
+    types: Sequence[str],
+    apply: Callable[[RecordedEvent], None],
+    to_head: bool = False,
+) -> tuple[int, int | None]:
+    """Apply every event of ``types`` after ``after``; returns how many were applied and, with
+    ``to_head``, the head the model is now current to (else ``None``).
 
-    Everything up to the head read first is committed (global order is commit order), so once
-    the filtered read is done a read model is current up to it: its position can move past the
-    events of other capabilities, and a dump or a readiness check can compare it with the head.
+    Everything up to a head read first is committed (global order is commit order), so once the
+    filtered read is done the model is current up to it: its position may move past the events of
+    other capabilities, so that a dump or a readiness check can compare it with the head. That
+    costs a query, which a follower woken by every append does without.
     """
-    head = store.head()
+    head = store.head() if to_head else None
     applied = 0
     for record in events_after(store, after, types=types, until=head):
         apply(record)

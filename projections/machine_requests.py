@@ -136,11 +136,15 @@ class MachineRequestsProjection:
         with self._changed:
             return self._position
 
-    def catch_up(self, store: EventStore) -> int:
-        """Read and apply every relevant event after :attr:`position`; return how many were read."""
+    def catch_up(self, store: EventStore, *, to_head: bool = False) -> int:
+        """Read and apply every relevant event after :attr:`position`; return how many were read.
+        With ``to_head`` the position then moves to the head read first (past other events)."""
         with self._reading:
-            read, head = catch_up(store, self.position, types=REQUEST_EVENT_TYPES, apply=self.apply)
-            self._read_up_to(head)
+            read, head = catch_up(
+                store, self.position, types=REQUEST_EVENT_TYPES, apply=self.apply, to_head=to_head
+            )
+            if head is not None:
+                self._read_up_to(head)
         return read
 
     def _read_up_to(self, position: int) -> None:

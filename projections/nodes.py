@@ -73,14 +73,16 @@ class NodesProjection:
                 None,
             )
 
-    def catch_up(self, store: EventStore) -> int:
-        """Fold every node event after :attr:`position`; return how many were read."""
+    def catch_up(self, store: EventStore, *, to_head: bool = False) -> int:
+        """Fold every node event after :attr:`position`; return how many were read. With
+        ``to_head`` the position then moves to the head read first (past other events)."""
         with self._reading:
             read, head = catch_up(
-                store, self.position, types=NODE_EVENT_TYPE_NAMES, apply=self.apply
+                store, self.position, types=NODE_EVENT_TYPE_NAMES, apply=self.apply, to_head=to_head
             )
-            with self._lock:
-                self._position = max(self._position, head)
+            if head is not None:
+                with self._lock:
+                    self._position = max(self._position, head)
         return read
 
     def apply(self, record: RecordedEvent) -> None:

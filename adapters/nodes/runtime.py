@@ -163,8 +163,8 @@ class NodesRuntime:
 
     def dump(self) -> dict[str, object]:
         """Dumpstate of the read model (catching it up first, so it includes this process's
-        latest appends)."""
-        self.projection.catch_up(self.store)
+        latest appends, and reflecting the head of the log)."""
+        self.projection.catch_up(self.store, to_head=True)
         return self.projection.dump()
 
     def dump_json(self) -> str:
