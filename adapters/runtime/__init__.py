@@ -26,6 +26,8 @@ from .driver import ClockDriver
 from .duties import Duties
 from .errors import CommandRefused, Deposed, HostError, LogContention, LogUnavailable
 from .follower import LogFollower, ReadModel
+from .leadership import FileLease, Leadership, Lease, MemoryLease, PostgresLease, lease_for
+from .reactors import Reactor, Reactors
 from .runners import InlineRunner, TaskRunner, ThreadRunner
 from .stream import (
     Companions,
@@ -50,17 +52,24 @@ __all__ = [
     "Deposed",
     "Duties",
     "EventCodec",
+    "FileLease",
     "Fencing",
     "Folded",
     "HostError",
     "HostedStream",
     "InlineRunner",
+    "Lease",
+    "Leadership",
     "LogContention",
     "LogFollower",
     "LogUnavailable",
+    "MemoryLease",
     "NoFencing",
     "Plan",
+    "PostgresLease",
     "ReadModel",
+    "Reactor",
+    "Reactors",
     "RetryPolicy",
     "SnapshotCodec",
     "TaskRunner",
@@ -69,5 +78,6 @@ __all__ = [
     "append_decision",
     "correlation_of",
     "event_id",
+    "lease_for",
     "opening_append",
 ]
