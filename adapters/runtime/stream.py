@@ -185,23 +185,26 @@ class HostedStream(Generic[S, C, E]):
 
     # -- reading -----------------------------------------------------------------------------
 
+    # Reads take no lock once the stream is loaded: state, version and id are immutable values
+    # replaced whole by the leader, so a reader (the clock driver, a reactor) never waits for an
+    # append in flight; it may see the state a moment before the version catches up with it.
+
     @property
     def state(self) -> S:
         """The folded state (loading the stream first if it never was)."""
-        with self._fold:
-            self._ensure_loaded()
-            return self._state
+        if not self._loaded:
+            with self._fold:
+                self._ensure_loaded()
+        return self._state
 
     @property
     def version(self) -> int:
-        with self._fold:
-            return self._version
+        return self._version
 
     @property
     def last_event_id(self) -> str:
         """Id of the stream's last folded event (``""`` for an empty stream)."""
-        with self._fold:
-            return self._last_event_id
+        return self._last_event_id
 
     def queued(self) -> int:
         """How many submissions wait for the append in flight (they will be decided together)."""
@@ -393,10 +396,13 @@ class HostedStream(Generic[S, C, E]):
         except Fenced as e:
             return self._fenced(e, [submission for submission, _, _ in decided])
         last_position = max(result.last_position for result in results)
-        for offset, (event, record) in enumerate(zip(events, records, strict=True)):
-            self._state = self.aggregate.evolve(self._state, event)
-            self._last_event_id = str(record.event_id)
-            self._unannounced.append(Folded(event, self._version + 1 + offset, self._last_event_id))
+        # ``state`` already folds every event decided and appended.
+        self._state = state
+        self._unannounced.extend(
+            Folded(event, self._version + 1 + offset, str(record.event_id))
+            for offset, (event, record) in enumerate(zip(events, records, strict=True))
+        )
+        self._last_event_id = str(records[-1].event_id)
         self._version += len(events)
         start = 0
         for submission, group_events, _ in decided:
