@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,9 +37,29 @@ log = structlog.get_logger("cli")
 Command = Callable[[argparse.Namespace], int]
 
 
+def _url(value: str) -> str:
+    # An empty --url (an unset shell variable, typically) must not quietly mean the default log.
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            f"is empty; give a database URL, or leave --url out to use ${DATABASE_URL_ENV}"
+        )
+    return value
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 0-65535")
+    return port
+
+
 def _add_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
+        type=_url,
         help=f"database URL (default: ${DATABASE_URL_ENV}, else sqlite:///fleetledger.db)",
     )
 
@@ -68,8 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade.add_argument("--revision", default="head")
     _add_url(upgrade)
     upgrade.set_defaults(run=_db_upgrade)
-    downgrade = db.add_parser("downgrade", help="migrate the schema down (default: to base)")
-    downgrade.add_argument("--revision", default="base")
+    downgrade = db.add_parser(
+        "downgrade", help="migrate the schema down to --revision (base drops the event log)"
+    )
+    downgrade.add_argument(
+        "--revision",
+        required=True,
+        help="the revision to go down to, e.g. 0001; 'base' drops every fleetledger table",
+    )
+    downgrade.add_argument(
+        "--yes-drop-events",
+        action="store_true",
+        help="confirm a downgrade to base that drops a log holding events",
+    )
     _add_url(downgrade)
     downgrade.set_defaults(run=_db_downgrade)
     current = db.add_parser("current", help="print the schema revision of the database")
@@ -88,14 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("--follow", action="store_true", help="keep printing new events")
     tail.set_defaults(run=_events_tail)
 
-    audit = commands.add_parser("audit", help="tamper evidence").add_subparsers(
-        dest="audit_command", required=True, metavar="ACTION"
-    )
-    verify = audit.add_parser("verify", help="recompute the hash chain over the log")
-    _add_url(verify)
-    _add_json(verify)
-    verify.add_argument("--after", type=int, default=0)
-    verify.set_defaults(run=_audit_verify)
+    _add_audit(commands)
 
     bench = commands.add_parser("bench", help="benchmarks printing figures and ratios")
     bench_commands = bench.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
@@ -117,6 +142,47 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _add_audit(commands: Subcommands) -> None:
+    audit = commands.add_parser("audit", help="tamper evidence").add_subparsers(
+        dest="audit_command", required=True, metavar="ACTION"
+    )
+    verify = audit.add_parser(
+        "verify", help="recompute the hash chain over the log, and check it against an anchor"
+    )
+    _add_url(verify)
+    _add_json(verify)
+    verify.add_argument("--after", type=int, default=0)
+    verify.add_argument(
+        "--anchor",
+        type=Path,
+        metavar="FILE",
+        help="also detect truncation and rewrites (even with recomputed hashes) up to this "
+        "anchor's position",
+    )
+    _add_audit_key(verify, ed25519_help="the Ed25519 public key (PEM) that checks the anchor")
+    verify.set_defaults(run=_audit_verify)
+    anchor = audit.add_parser(
+        "anchor", help="write the log's head, signed, to keep outside the database"
+    )
+    _add_url(anchor)
+    _add_audit_key(anchor, ed25519_help="sign with this Ed25519 private key (PEM, PKCS#8)")
+    anchor.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write the anchor here (default: stdout)"
+    )
+    anchor.set_defaults(run=_audit_anchor)
+
+
+def _add_audit_key(parser: argparse.ArgumentParser, *, ed25519_help: str) -> None:
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--key-file",
+        type=Path,
+        metavar="FILE",
+        help="HMAC-SHA256 key, at least 32 bytes (default: $FLEETLEDGER_AUDIT_KEY)",
+    )
+    keys.add_argument("--ed25519-key", type=Path, metavar="FILE", help=ed25519_help)
 
 
 def _add_extender(commands: Subcommands) -> None:
@@ -201,8 +267,10 @@ def _add_simulate(commands: Subcommands) -> None:
     )
     simulate.add_argument(
         "--url",
-        help=f"log to this database (e.g. Postgres) instead of ./{SIMULATION_LOG} (replaced "
-        "at each run and kept, for `events tail`, `audit verify`, `dumpstate`)",
+        type=_url,
+        help=f"log to this database (e.g. Postgres; its schema is upgraded to head first) "
+        f"instead of ./{SIMULATION_LOG} (replaced at each run and kept, for `events tail`, "
+        "`audit verify`, `dumpstate`)",
     )
     _add_json(simulate)
     simulate.set_defaults(run=_simulate)
@@ -212,7 +280,7 @@ def _add_serve(commands: Subcommands) -> None:
     serve = commands.add_parser("serve", help="run the HTTP API with the machines runtime")
     _add_url(serve)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=_port, default=8080)
     serve.add_argument(
         "--cloud",
         choices=["fake", "azure-vm", "aks"],
@@ -326,12 +394,31 @@ def _db_upgrade(args: argparse.Namespace) -> int:
 
 def _db_downgrade(args: argparse.Namespace) -> int:
     url = resolve_url(args.url)
-    migrate.downgrade(url, args.revision)
+    _db_must_exist(url)
+    migrate.downgrade(url, args.revision, drop_events=args.yes_drop_events)
     print(f"schema at {migrate.current_revision(url) or 'base (empty)'}")
     return 0
 
 
+def _db_must_exist(url: str) -> None:
+    """Refuse a SQLite file that does not exist: opening it would create an empty database."""
+    from fleetledger.eventstore._engine import normalise_url
+
+    parsed = normalise_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    if parsed.database.startswith("file:") or Path(parsed.database).exists():
+        return
+    from fleetledger.eventstore import StoreUnavailable
+
+    raise StoreUnavailable(
+        f"the database {parsed.database!r} does not exist; check --url, or create it with: "
+        f"fleetledger db upgrade --url '{url}'"
+    )
+
+
 def _db_current(args: argparse.Namespace) -> int:
+    _db_must_exist(resolve_url(args.url))
     revision = migrate.current_revision(resolve_url(args.url))
     head = migrate.head_revision()
     if revision is None:
@@ -371,6 +458,7 @@ def _events_tail(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise ValueError("--limit must be at least 1")
     render = _event_json if args.json else _event_line
+    _db_must_exist(resolve_url(args.url))
     with open_store(args.url) as store:
         position = args.after if args.after is not None else max(0, store.head() - args.limit)
         while True:
@@ -387,6 +475,11 @@ def _events_tail(args: argparse.Namespace) -> int:
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
+    from fleetledger.eventstore.anchors import check_anchor, read_anchor
+
+    anchor = read_anchor(args.anchor) if args.anchor is not None else None
+    verifier = _audit_verifier(args) if anchor is not None else None
+    _db_must_exist(resolve_url(args.url))
     with open_store(args.url) as store:
         head = store.head()
 
@@ -394,26 +487,92 @@ def _audit_verify(args: argparse.Namespace) -> int:
             log.info("verifying hash chain", checked=checked, position=last, head=head)
 
         report = store.verify(after=args.after, progress=progress)
+        checked = (
+            check_anchor(store, anchor, verifier)
+            if anchor is not None and verifier is not None
+            else None
+        )
+    ok = report.ok and (checked is None or checked.ok)
     if args.json:
         _print_json(
             {
-                "ok": report.ok,
+                "ok": ok,
                 "checked": report.checked,
                 "first_bad_position": report.first_bad_position,
                 "last_position": report.last_position,
                 "reason": report.reason,
+                "anchor": None
+                if checked is None
+                else {"ok": checked.ok, "position": checked.position, "reason": checked.reason},
             }
         )
-    elif report.ok:
-        print(f"ok: {report.checked} events verified up to position {report.last_position}")
-    else:
+    elif not report.ok:
         print(
             f"TAMPERED: first bad position {report.first_bad_position} ({report.reason}); "
             f"{report.checked} events before it verified. Restore from backup or investigate "
             "who wrote to the events table outside fleetledger.",
             file=sys.stderr,
         )
-    return 0 if report.ok else EXIT_TAMPERED
+    elif checked is not None and not checked.ok:
+        print(
+            f"TAMPERED: {checked.reason}. Restore from backup or investigate who wrote to the "
+            "events table outside fleetledger.",
+            file=sys.stderr,
+        )
+    else:
+        print(f"ok: {report.checked} events verified up to position {report.last_position}")
+        if checked is not None:
+            print(f"ok: the log holds the anchored head {checked.position} unchanged")
+        else:
+            print(
+                "  without --anchor a deleted tail or a rewrite with recomputed hashes goes "
+                "unnoticed; see `fleetledger audit anchor`"
+            )
+    return 0 if ok else EXIT_TAMPERED
+
+
+def _audit_verifier(args: argparse.Namespace) -> Any:
+    from fleetledger.eventstore.anchors import Ed25519Verifier, hmac_key_from
+
+    if args.ed25519_key is not None:
+        return Ed25519Verifier(_audit_key_bytes(args.ed25519_key))
+    return hmac_key_from(args.key_file)
+
+
+def _audit_key_bytes(path: Path) -> bytes:
+    from fleetledger.eventstore.anchors import AnchorError
+
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise AnchorError(f"cannot read the key file {str(path)!r}: {e.strerror}") from e
+
+
+def _audit_anchor(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from fleetledger.eventstore.anchors import (
+        Ed25519Signer,
+        Signer,
+        hmac_key_from,
+        make_anchor,
+        record_anchor,
+    )
+
+    signer: Signer = (
+        Ed25519Signer(_audit_key_bytes(args.ed25519_key))
+        if args.ed25519_key is not None
+        else hmac_key_from(args.key_file)
+    )
+    _db_must_exist(resolve_url(args.url))
+    with open_store(args.url) as store:
+        at = datetime.now(UTC)
+        if args.output is None:
+            print(make_anchor(store, signer, at=at).to_json())
+            return 0
+        anchor = record_anchor(store, signer, args.output, at=at)
+    print(f"anchored position {anchor.position} in {args.output}", file=sys.stderr)
+    return 0
 
 
 def _bench_store(args: argparse.Namespace) -> int:
@@ -536,6 +695,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if capability is not None and args.compare and args.scenario not in _COMPARABLE:
         raise ValueError(f"--compare does not apply to the {args.scenario!r} scenario")
     writes_log = capability is None or capability[1]
+    if args.url is not None and writes_log:
+        print(f"fleetledger: migrating {args.url} to the schema's head", file=sys.stderr)
     url = args.url if args.url is not None or not writes_log else _fresh_simulation_log()
     report: Any
     if capability is not None:
@@ -639,7 +800,22 @@ def _serve(args: argparse.Namespace) -> int:
     except (CloudNotConfigured, InvalidCommand, ValueError) as e:
         print(f"fleetledger: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    store = open_store(args.url)
+    try:
+        listener = _serve_bind(args.host, args.port)
+    except OSError as e:
+        choice.close()
+        print(
+            f"fleetledger: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}; "
+            "choose another --port or stop the process using it",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    try:
+        store = open_store(args.url)
+    except BaseException:
+        listener.close()
+        choice.close()
+        raise
     try:
         leadership = Leadership(
             store, lease, clock=clock, check_interval=max(0.2, args.lease_seconds / 5)
@@ -681,11 +857,29 @@ def _serve(args: argparse.Namespace) -> int:
                 log_config=None,
             )
         )
-        server.run()
+        server.run(listener)
     finally:
+        listener.close()
         store.close()
         choice.close()
     return 0
+
+
+def _serve_bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything starts: a taken port fails the command
+    before the runtime takes the lease or touches the cloud."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(2048)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 def _subnet(spec: str) -> tuple[str, int]:
@@ -820,12 +1014,12 @@ class _GracefulServer:
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
 
-    def run(self) -> None:
+    def run(self, listener: socket.socket) -> None:
         # uvicorn re-raises the signal it stopped on once it has shut down, to end the process
         # the default way; a SIGTERM that was handled gracefully is a clean exit (status 0).
         previous = signal.signal(signal.SIGTERM, lambda *_: None)
         try:
-            self._server.run()
+            self._server.run(sockets=[listener])
         finally:
             signal.signal(signal.SIGTERM, previous)
 

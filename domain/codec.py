@@ -58,6 +58,7 @@ from fleetledger.domain.nodes import (
     NodeJoined,
     NodeLeft,
     OtherPodReserved,
+    OtherPodsReserved,
     PodDeleted,
     ResourcesGranted,
     VmPodReserved,
@@ -448,6 +449,7 @@ _register(ResourcesGranted, "nodes.ResourcesGranted", 1)
 _register(ComputeUnitViolated, "nodes.ComputeUnitViolated", 1)
 _register(MigrationStarted, "nodes.MigrationStarted", 1)
 _register(ControllerRestarted, "nodes.ControllerRestarted", 1)
+_register(OtherPodsReserved, "nodes.OtherPodsReserved", 1)
 # Pod-IP batch sizing (PRODUCT.md §4.3): one stream per subnet.
 _register(ipam.SubnetCreated, "ipam.SubnetCreated", 1)
 _register(ipam.NodeJoined, "ipam.NodeJoined", 1)

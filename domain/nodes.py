@@ -29,9 +29,10 @@ resource, each resource independently:
 
 One stream per node (:func:`stream_id`); every command touches only that stream. A migration
 started here is carried out by a reactor reading :class:`MigrationStarted`; the target node's
-reservation is that node's own :class:`ReservePod`. The node has no timers (no ``next_deadline``).
-The state loads from :func:`snapshot` data plus the events after it; :func:`dumpstate` shows
-a fleet of node states as JSON.
+reservation is that node's own :class:`ReservePod`. :class:`ReservePods` reserves several
+non-VM pods at once (a placement batch), all or none, as one event. The node has no timers (no
+``next_deadline``). The state loads from :func:`snapshot` data plus the events after it;
+:func:`dumpstate` shows a fleet of node states as JSON.
 """
 
 from __future__ import annotations
@@ -68,10 +69,13 @@ from fleetledger.domain.nodes_model import (
     OtherPod,
     OtherPodReserved,
     OtherPodSpec,
+    OtherPodsReserved,
     PodDeleted,
     PodResource,
     RemoveNode,
+    ReservedOtherPod,
     ReservePod,
+    ReservePods,
     Resource,
     ResourcesGranted,
     ResourceState,
@@ -119,10 +123,13 @@ __all__ = [
     "OtherPod",
     "OtherPodReserved",
     "OtherPodSpec",
+    "OtherPodsReserved",
     "PodDeleted",
     "PodResource",
     "RemoveNode",
     "ReservePod",
+    "ReservePods",
+    "ReservedOtherPod",
     "Resource",
     "ResourceState",
     "ResourcesGranted",
@@ -181,6 +188,10 @@ def decide(state: NodeState, command: NodeCommand) -> list[NodeEvent]:
         events = _decide_request(state, command, at)
     elif type(command) is ReservePod:
         events = _decide_reserve(state, command, at)
+    elif type(command) is ReservePods:
+        events = _decide_reserve_many(state, command, at)
+        if not state.vm_pods:
+            return events  # only VM pods migrate: without any, there is nothing to start
     elif type(command) is DeletePod:
         events = [PodDeleted(command.pod, at)] if _knows(state, command.pod) else []
     elif type(command) is ChangeNodeConfig:
@@ -393,22 +404,80 @@ def _decide_reserve(state: NodeState, command: ReservePod, at: datetime) -> list
 
 
 def _check_fits(state: NodeState, pod: str, needs: tuple[int, int, int]) -> None:
-    cpu, memory, gpu = needs
-    gpu_free = _sat(state.gpu_total - state.gpu_reserved)
+    frees = (
+        state.cpu.remaining,
+        state.memory.remaining,
+        _sat(state.gpu_total - state.gpu_reserved),
+    )
+    _check_room(state.name, pod, needs, frees)
+
+
+def _check_room(
+    node: str, pod: str, needs: tuple[int, int, int], frees: tuple[int, int, int]
+) -> None:
     short = [
         f"{what} needs {need}{unit}, {free}{unit} remain"
-        for what, need, free, unit in (
-            ("cpu", cpu, state.cpu.remaining, " milli-CPU"),
-            ("memory", memory, state.memory.remaining, " slots"),
-            ("gpu", gpu, gpu_free, ""),
+        for what, need, free, unit in zip(
+            ("cpu", "memory", "gpu"), needs, frees, (" milli-CPU", " slots", ""), strict=True
         )
         if need > free
     ]
     if short:
         raise Unschedulable(
-            f"pod {pod} is unschedulable on node {state.name}: {'; '.join(short)}; "
+            f"pod {pod} is unschedulable on node {node}: {'; '.join(short)}; "
             "place it on another node"
         )
+
+
+def _decide_reserve_many(state: NodeState, command: ReservePods, at: datetime) -> list[NodeEvent]:
+    if not isinstance(command.specs, tuple) or not command.specs:
+        raise InvalidCommand("specs must be a non-empty tuple of OtherPodSpec; list the pods")
+    assert state.config is not None  # a present node has its config
+    slot = max(1, state.config.memory_slot_bytes)
+    # Each pod is checked on the room the pods before it leave, as ReservePod one by one would
+    # be; the rounded sums are kept as running totals so the check costs no state per pod.
+    raw_cpu, raw_memory = state.other_raw_cpu_milli, state.other_raw_memory_bytes
+    held_cpu, held_memory = -(-raw_cpu // MILLI_PER_CPU) * MILLI_PER_CPU, -(-raw_memory // slot)
+    cpu_reserved, memory_reserved, gpu_reserved = (
+        state.cpu.reserved,
+        state.memory.reserved,
+        state.gpu_reserved,
+    )
+    cpu_room = state.cpu.total - state.cpu.system
+    memory_room = state.memory.total - state.memory.system
+    seen: set[str] = set()
+    pods: list[ReservedOtherPod] = []
+    for spec in command.specs:
+        if not isinstance(spec, OtherPodSpec):
+            raise InvalidCommand(
+                f"specs lists non-VM pods as OtherPodSpec, got {spec!r}; reserve a VM pod "
+                "with ReservePod"
+            )
+        cpu, memory, gpu = _raw_sums(spec)
+        if spec.name in seen:
+            raise InvalidCommand(f"specs lists pod {spec.name} twice")
+        seen.add(spec.name)
+        if spec.name in state.vm_pods:
+            raise Rejected(f"pod {spec.name} is already reserved on {state.name} as a VM pod")
+        if spec.name in state.other_pods:
+            continue  # a retried batch: the pod already holds its resources
+        raw_cpu += cpu
+        raw_memory += memory
+        now_cpu = -(-raw_cpu // MILLI_PER_CPU) * MILLI_PER_CPU
+        now_memory = -(-raw_memory // slot)
+        needs = (now_cpu - held_cpu, now_memory - held_memory, gpu)
+        frees = (
+            _sat(cpu_room - cpu_reserved),
+            _sat(memory_room - memory_reserved),
+            _sat(state.gpu_total - gpu_reserved),
+        )
+        _check_room(state.name, spec.name, needs, frees)
+        cpu_reserved += needs[0]
+        memory_reserved += needs[1]
+        gpu_reserved += gpu
+        held_cpu, held_memory = now_cpu, now_memory
+        pods.append(ReservedOtherPod(spec.name, cpu, memory, gpu))
+    return [OtherPodsReserved(tuple(pods), at)] if pods else []
 
 
 # -- the agent protocol --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from fleetledger.domain.nodes_model import (
     NodeState,
     OtherPod,
     OtherPodReserved,
+    OtherPodsReserved,
     PodDeleted,
     PodResource,
     ResourcesGranted,
@@ -47,6 +48,8 @@ def evolve(state: NodeState, event: NodeEvent) -> NodeState:
         return _apply_vm_reserved(state, event)
     if type(event) is OtherPodReserved:
         return _apply_other_reserved(state, event)
+    if type(event) is OtherPodsReserved:
+        return _apply_others_reserved(state, event)
     if type(event) is PodDeleted:
         return _apply_deleted(state, event)
     if type(event) is MigrationStarted:
@@ -128,6 +131,28 @@ def _apply_other_reserved(state: NodeState, event: OtherPodReserved) -> NodeStat
         other_raw_cpu_milli=state.other_raw_cpu_milli + event.raw_cpu_milli,
         other_raw_memory_bytes=state.other_raw_memory_bytes + event.raw_memory_bytes,
         gpu_reserved=state.gpu_reserved + event.gpu,
+    )
+    return _with_other_rounding(state, grown)
+
+
+def _apply_others_reserved(state: NodeState, event: OtherPodsReserved) -> NodeState:
+    # One pass for the whole batch: the rounded sums telescope, so rounding once after adding
+    # every pod's raw amounts gives the same reserved as rounding after each.
+    other_pods = dict(state.other_pods)
+    raw_cpu = raw_memory = gpu = 0
+    for reserved in event.pods:
+        other_pods[reserved.pod] = OtherPod(
+            reserved.pod, reserved.raw_cpu_milli, reserved.raw_memory_bytes, reserved.gpu
+        )
+        raw_cpu += reserved.raw_cpu_milli
+        raw_memory += reserved.raw_memory_bytes
+        gpu += reserved.gpu
+    grown = replace(
+        state,
+        other_pods=other_pods,
+        other_raw_cpu_milli=state.other_raw_cpu_milli + raw_cpu,
+        other_raw_memory_bytes=state.other_raw_memory_bytes + raw_memory,
+        gpu_reserved=state.gpu_reserved + gpu,
     )
     return _with_other_rounding(state, grown)
 

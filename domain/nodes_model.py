@@ -42,10 +42,13 @@ __all__ = [
     "OtherPod",
     "OtherPodReserved",
     "OtherPodSpec",
+    "OtherPodsReserved",
     "PodDeleted",
     "PodResource",
-    "ReservePod",
     "RemoveNode",
+    "ReservePod",
+    "ReservePods",
+    "ReservedOtherPod",
     "Resource",
     "ResourceState",
     "ResourcesGranted",
@@ -231,6 +234,20 @@ class ReservePod:
 
 
 @dataclass(frozen=True, slots=True)
+class ReservePods:
+    """Set several non-VM pods aside on the node at once: all of them or none.
+
+    The pods are checked in order, each on the room the ones before it leave, exactly as the same
+    :class:`ReservePod` commands one after the other would be; the first that does not fit
+    refuses the whole command. A pod the node already holds is skipped (a retried batch).
+    """
+
+    specs: tuple[OtherPodSpec, ...]
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class DeletePod:
     """The pod is gone from the node (deleted, or its migration finished)."""
 
@@ -278,6 +295,7 @@ NodeCommand: TypeAlias = (
     | RemoveNode
     | ChangeNodeConfig
     | ReservePod
+    | ReservePods
     | DeletePod
     | AgentResourcesRequest
     | RestartController
@@ -351,6 +369,24 @@ class OtherPodReserved:
 
 
 @dataclass(frozen=True, slots=True)
+class ReservedOtherPod:
+    """One non-VM pod of an :class:`OtherPodsReserved`: its raw sums (requests, else limits)."""
+
+    pod: str
+    raw_cpu_milli: int
+    raw_memory_bytes: int
+    gpu: int
+
+
+@dataclass(frozen=True, slots=True)
+class OtherPodsReserved:
+    """Non-VM pods reserved together, in order; the same as one :class:`OtherPodReserved` each."""
+
+    pods: tuple[ReservedOtherPod, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class PodDeleted:
     """A pod left the node; what it held is released."""
 
@@ -416,6 +452,7 @@ NodeEvent: TypeAlias = (
     | NodeConfigChanged
     | VmPodReserved
     | OtherPodReserved
+    | OtherPodsReserved
     | PodDeleted
     | ResourcesGranted
     | ComputeUnitViolated

@@ -22,8 +22,10 @@ before anything is written:
   is rejected at once, with the reason.
 
 The commit is the node aggregate's own: each placement is a
-:class:`~fleetledger.domain.nodes.ReservePod` on that node's stream (``node-<name>``), appended
-for all touched nodes together with the snapshot's versions as expected versions. A worker's free
+:class:`~fleetledger.domain.nodes.ReservePod` on that node's stream (``node-<name>``); a node's
+placements are decided together as one :class:`~fleetledger.domain.nodes.ReservePods` (one event
+per touched node), appended for all touched nodes together with the snapshot's versions as
+expected versions. A worker's free
 capacity comes from its node state by :func:`worker_of`.
 """
 

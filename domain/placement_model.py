@@ -131,8 +131,9 @@ class NewWorker:
 class PlacementPlan:
     """What one batch decides; every request of the batch is in exactly one of the four outcomes.
 
-    ``reservations`` holds, per touched node, the node commands to append to its stream (one
-    :class:`~fleetledger.domain.nodes.ReservePod` per workload, in planning order); ``versions``
+    ``reservations`` holds, per touched node, the node commands for its stream (one
+    :class:`~fleetledger.domain.nodes.ReservePod` per workload, in planning order; the commit
+    sends them as one :class:`~fleetledger.domain.nodes.ReservePods`); ``versions``
     the stream version each node's plan was made on (the commit's expected version).
     ``waiting`` maps a request to an already-requested worker it now waits for; ``provisions``
     are the new workers to request.

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from fleetledger.eventstore import Fenced, NewEvent, SchemaOutOfDate, migrate, open_store
 from fleetledger.eventstore._schema import SCHEMA_REVISION, events
+from fleetledger.eventstore.migrate import DowngradeRefused, MigrationFailed
 from tests.eventstore.support import new_events, postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +115,7 @@ class TestUpgradeAndDowngrade:
         migrate.upgrade(empty_url)
         with open_store(empty_url) as store:
             store.append("vm-1", new_events(3))
-        migrate.downgrade(empty_url, "base")
+        migrate.downgrade(empty_url, "base", drop_events=True)
 
         migrate.upgrade(empty_url)
 
@@ -133,6 +134,32 @@ class TestUpgradeAndDowngrade:
 
         with pytest.raises(SchemaOutOfDate, match="fleetledger db upgrade"):
             open_store(empty_url)
+
+
+class TestDestructiveDowngrades:
+    def test_base_is_refused_on_a_log_holding_events(self, empty_url: str) -> None:
+        """Dropping a non-empty log needs drop_events=True; without it nothing changes."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(2))
+
+        with pytest.raises(DowngradeRefused, match="holds 2 events"):
+            migrate.downgrade(empty_url, "base")
+
+        assert migrate.current_revision(empty_url) == migrate.head_revision()
+        assert migrate.count_events(empty_url) == 2
+
+    def test_count_events_is_zero_before_any_table(self, empty_url: str) -> None:
+        """An unmigrated database holds no events (and counting does not fail)."""
+        assert migrate.count_events(empty_url) == 0
+
+    def test_an_unknown_revision_is_a_migration_error(self, empty_url: str) -> None:
+        """Alembic's refusal comes out as MigrationFailed naming the revision."""
+        with pytest.raises(MigrationFailed, match="'nosuch'"):
+            migrate.upgrade(empty_url, "nosuch")
+        migrate.upgrade(empty_url)
+        with pytest.raises(MigrationFailed, match="'nosuch'"):
+            migrate.downgrade(empty_url, "nosuch")
 
 
 class TestConcurrentUpgrades:

@@ -11,8 +11,8 @@ Two figures, both in placements per second:
 ``end_to_end``
     The same batches through :class:`~fleetledger.adapters.placement.PlacementService` on the
     database at ``url``: snapshot from the hosted node streams, plan, the node aggregate's
-    decisions, one ``append_many`` per batch (a reservation event per workload on its node's
-    stream). Wall clock over
+    decisions, one ``append_many`` per batch (one reservation event per touched node stream,
+    carrying all the workloads placed on it). Wall clock over
     all batches. Target: 5,000/s on Postgres.
 
 The nodes are joined first (not timed) under a fresh name prefix, so runs can share a database.

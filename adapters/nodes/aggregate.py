@@ -19,6 +19,7 @@ NODE_EVENT_TYPES: tuple[type, ...] = (
     nodes.NodeConfigChanged,
     nodes.VmPodReserved,
     nodes.OtherPodReserved,
+    nodes.OtherPodsReserved,
     nodes.PodDeleted,
     nodes.ResourcesGranted,
     nodes.ComputeUnitViolated,

@@ -1,8 +1,9 @@
 """A batch's reservations as the node aggregate decides them, and the one append carrying them.
 
-Each touched node's ``ReservePod`` commands are decided by :func:`fleetledger.domain.nodes.decide`
-on the state the batch planned on, one after the other; the events go to the node's stream with
-that state's version as the expected version. All touched nodes go in one ``append_many``.
+Each touched node's planned ``ReservePod`` commands are decided together, as one
+:class:`~fleetledger.domain.nodes.ReservePods`, by :func:`fleetledger.domain.nodes.decide` on the
+state the batch planned on: one event per touched node, appended to the node's stream with that
+state's version as the expected version. All touched nodes go in one ``append_many``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from fleetledger.adapters.nodes import NODE_CODEC
 from fleetledger.adapters.runtime import Writer
 from fleetledger.domain import nodes
 from fleetledger.domain.errors import Rejected
-from fleetledger.domain.nodes import NodeEvent, NodeState, ReservePod
+from fleetledger.domain.nodes import NodeEvent, NodeState, OtherPodSpec, ReservePod, ReservePods
 from fleetledger.eventstore import StreamAppend
 
 __all__ = ["NodeBatch", "node_appends"]
@@ -40,20 +41,24 @@ class NodeBatch:
         return self._decided
 
     def _decide(self) -> tuple[list[NodeEvent], list[str], NodeState]:
-        state = self.state
-        events: list[NodeEvent] = []
-        causes: list[str] = []
+        if not self.commands:
+            return [], [], self.state
+        specs = []
         for command in self.commands:
-            try:
-                decided = nodes.decide(state, command)
-            except Rejected as e:
-                # The plan was made on this very state, so the node agrees; if it ever does
-                # not, failing the batch loudly beats losing a workload silently.
-                raise AssertionError(f"node refused a planned reservation: {e.reason}") from e
-            events.extend(decided)
-            causes.extend([f"workload:{command.spec.name}"] * len(decided))
-            for event in decided:
-                state = nodes.evolve(state, event)
+            if not isinstance(command.spec, OtherPodSpec):
+                raise AssertionError(f"placement planned a VM pod: {command.spec.name}")
+            specs.append(command.spec)
+        first = self.commands[0]
+        try:
+            events = nodes.decide(self.state, ReservePods(tuple(specs), at=first.at))
+        except Rejected as e:
+            # The plan was made on this very state, so the node agrees; if it ever does
+            # not, failing the batch loudly beats losing a workload silently.
+            raise AssertionError(f"node refused a planned reservation: {e.reason}") from e
+        state = self.state
+        for event in events:
+            state = nodes.evolve(state, event)
+        causes = [f"workloads:{first.spec.name}+{len(specs) - 1}"] * len(events)
         return events, causes, state
 
 

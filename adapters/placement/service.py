@@ -7,11 +7,12 @@
    newer; the version is read before the state, so a state newer than its version can only cause
    a conflict, never an overbooking);
 2. the pure :func:`~fleetledger.domain.placement.plan`;
-3. **one** ``append_many``: per touched node, what the node aggregate decides for its
-   ``ReservePod`` commands, expected version = the snapshot's. A ``WrongExpectedVersion`` names
-   one node: only the requests planned on it are planned again, on that node's fresh state and
-   the others' state after this batch, and the append is sent again (bounded by
-   ``max_conflict_retries``; what is still in conflict after that goes back to the backlog);
+3. **one** ``append_many``: per touched node, the one event the node aggregate decides for its
+   workloads as one ``ReservePods`` command, expected version = the snapshot's. A
+   ``WrongExpectedVersion`` names one node: only the requests planned on it are planned again,
+   on that node's fresh state and the others' state after this batch, and the append is sent
+   again (bounded by ``max_conflict_retries``; what is still in conflict after that goes back to
+   the backlog);
 4. overflow: new workers are requested from the Grouper (one machine request each, with the
    pool's template; the worker name is the machine name, so a repeat is idempotent). The
    workloads wait for them; once a node of that name has joined, a batch places them on it

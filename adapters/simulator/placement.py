@@ -27,6 +27,8 @@ Per phase: ``requests``, ``placed`` (at the end of the phase), ``workers_request
 per batch; naive: cache reads per request), ``appends_per_batch`` (per batch that committed
 reservations; naive: per request). ``overcommitted_nodes`` counts nodes holding more than they
 have, read from the log at the end (must be 0: the node aggregate refuses an overbooking).
+``node_events_per_batch`` is the most reservation events any node stream got from one batch of
+the runtime, read back from the log (must be 1: a batch decides a node's workloads together).
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class PlacementReport:
     seed: int
     phases: tuple[PhaseFigures, ...]
     overcommitted_nodes: int
+    node_events_per_batch: int
     naive: tuple[PhaseFigures, ...] | None = None
     naive_overcommitted_nodes: int | None = None
 
@@ -124,6 +127,7 @@ class PlacementReport:
             },
             "phases": [p.to_dict() for p in self.phases],
             "overcommitted_nodes": self.overcommitted_nodes,
+            "node_events_per_batch": self.node_events_per_batch,
         }
         if self.naive is not None:
             data["naive"] = {
@@ -152,6 +156,7 @@ class PlacementReport:
                     f"{p.snapshot_reads_per_batch:>16.2f} {p.appends_per_batch:>14.2f}"
                 )
         lines.append(f"  overcommitted nodes: {self.overcommitted_nodes}")
+        lines.append(f"  reservation events per node per batch: {self.node_events_per_batch}")
         if self.naive is not None:
             unnecessary = sum(p.workers_requested - p.bin_packing_minimum for p in self.naive)
             lines.append(
@@ -175,7 +180,7 @@ def run_placement_scenario(
     ]
     minimum = _quarters_minimum(sizes)
     with _scratch_store(url) as store:
-        phases, overcommitted = _batched(store, fits, overflow, minimum)
+        phases, overcommitted, node_events = _batched(store, fits, overflow, minimum)
     naive = naive_over = None
     if compare_naive:
         with _scratch_store(url) as store:
@@ -184,6 +189,7 @@ def run_placement_scenario(
         seed=seed,
         phases=phases,
         overcommitted_nodes=overcommitted,
+        node_events_per_batch=node_events,
         naive=naive,
         naive_overcommitted_nodes=naive_over,
     )
@@ -261,19 +267,22 @@ def _batched(
     fits: list[WorkloadRequest],
     overflow: list[WorkloadRequest],
     minimum: int,
-) -> tuple[tuple[PhaseFigures, ...], int]:
+) -> tuple[tuple[PhaseFigures, ...], int, int]:
     clock = ManualClock(_EPOCH)
     nodes = _fleet(store, clock, _POOL.name)
     machines = _Provisioner()
     runtime = PlacementRuntime(store, nodes, [_POOL], machines=machines, clock=clock, threads=False)
     with runtime:
+        start = store.head()
         runtime.submit(fits)
         clock.advance(timedelta(milliseconds=100))
+        reports = runtime.step()
+        node_events = _node_events_per_batch(store, start, reports)
         first = _phase(
             "fits",
             fits,
             runtime=runtime,
-            reports=runtime.step(),
+            reports=reports,
             workers=len(machines.requested),
             minimum=0,
         )
@@ -282,12 +291,14 @@ def _batched(
         runtime.submit(_residents())
         runtime.step()
         asked_before = len(machines.requested)
+        start = store.head()
         runtime.submit(overflow)
         reports = runtime.step()
         for name in machines.requested[asked_before:]:
             clock.advance(timedelta(seconds=1))
             _join(nodes, name)
         reports += runtime.step()
+        node_events = max(node_events, _node_events_per_batch(store, start, reports))
         second = _phase(
             "overflow",
             overflow,
@@ -296,7 +307,7 @@ def _batched(
             workers=len(machines.requested) - asked_before,
             minimum=minimum,
         )
-    return (first, second), _overcommitted(store, f"{_POOL.name}-")
+    return (first, second), _overcommitted(store, f"{_POOL.name}-"), node_events
 
 
 def _phase(
@@ -430,6 +441,26 @@ def _naive(
 
 
 # -- checks and plumbing -------------------------------------------------------------------------
+
+
+_RESERVATIONS = frozenset({"nodes.OtherPodReserved", "nodes.OtherPodsReserved"})
+
+
+def _node_events_per_batch(store: EventStore, start: int, reports: Sequence[BatchReport]) -> int:
+    """The most reservation events one node stream got from one committed batch; each batch's
+    records are those after the previous commit (or ``start``) up to its own last position."""
+    most = 0
+    after = start
+    for report in reports:
+        if report.last_position is None:
+            continue
+        counts: dict[str, int] = {}
+        for record in store.read_all(after=after, limit=report.last_position - after):
+            if record.type in _RESERVATIONS and record.global_position <= report.last_position:
+                counts[record.stream_id] = counts.get(record.stream_id, 0) + 1
+        most = max(most, *counts.values(), 0)
+        after = report.last_position
+    return most
 
 
 def _overcommitted(store: EventStore, prefix: str) -> int:

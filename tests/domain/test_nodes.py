@@ -33,9 +33,12 @@ from fleetledger.domain.nodes import (
     NodeState,
     OtherPodReserved,
     OtherPodSpec,
+    OtherPodsReserved,
     PodDeleted,
     RemoveNode,
+    ReservedOtherPod,
     ReservePod,
+    ReservePods,
     ResourcesGranted,
     RestartController,
     UnknownPod,
@@ -301,6 +304,107 @@ class TestReserve:
     def test_deleting_an_unknown_pod_is_a_no_op(self) -> None:
         """A deletion seen twice changes nothing the second time."""
         assert Node().do(DeletePod("ghost", at=at())) == []
+
+
+def other(name: str, cpu: int, memory: int = GIB // 4, gpu: int = 0) -> OtherPodSpec:
+    return OtherPodSpec(
+        name=name,
+        containers=(
+            ContainerResources(cpu_request_milli=cpu, memory_request_bytes=memory, gpu=gpu),
+        ),
+    )
+
+
+class TestReserveMany:
+    def test_a_batch_is_one_event_for_every_pod(self) -> None:
+        """Several non-VM pods reserved together are one event, in the order given."""
+        node = Node()
+        events = node.do(ReservePods((other("a", 300), other("b", 500, GIB)), at=at()))
+        assert events == [
+            OtherPodsReserved(
+                (ReservedOtherPod("a", 300, GIB // 4, 0), ReservedOtherPod("b", 500, GIB, 0)),
+                at(),
+            )
+        ]
+        assert set(node.state.other_pods) == {"a", "b"}
+
+    def test_a_batch_rounds_its_sums_once(self) -> None:
+        """Three 300m pods in one batch hold one CPU, as they do reserved one by one."""
+        node = Node()
+        node.do(ReservePods(tuple(other(f"o{n}", 300, 100) for n in range(3)), at=at()))
+        assert (node.state.cpu.reserved, node.state.memory.reserved) == (1000, 1)
+        assert node.state.other_raw_cpu_milli == 900
+
+    @pytest.mark.parametrize(
+        ("specs", "refused", "short"),
+        [
+            ((other("a", 6000), other("b", 3000), other("c", 2000)), "c", "cpu"),
+            ((other("a", 1000, 9 * GIB), other("b", 100, GIB + 1)), "b", "memory"),
+            ((other("a", 100, gpu=1), other("b", 100, gpu=1)), "b", "gpu"),
+        ],
+        ids=["cpu", "memory", "gpu"],
+    )
+    def test_a_pod_that_does_not_fit_refuses_the_whole_batch_naming_it(
+        self, specs: tuple[OtherPodSpec, ...], refused: str, short: str
+    ) -> None:
+        """Each pod is checked on the room the pods before it leave; the first that does not
+        fit refuses the batch by name, and nothing is reserved."""
+        node = Node(gpu=1)
+        before = node.state
+        with pytest.raises(Unschedulable, match=rf"pod {refused} is unschedulable.*{short} needs"):
+            node.do(ReservePods(specs, at=at()))
+        assert node.state == before
+
+    def test_a_batch_fills_the_rounding_slack(self) -> None:
+        """A pod that fits in what the pods before it already round up to needs nothing more."""
+        node = Node()
+        node.vm("big", cpu=9000, memory=9)
+        node.do(ReservePods((other("o1", 400, 1), other("o2", 500, 1)), at=at()))
+        assert node.state.cpu.reserved == 10_000
+
+    def test_pods_already_held_are_skipped(self) -> None:
+        """A retried batch reserves only the pods the node does not hold yet."""
+        node = Node()
+        node.do(ReservePod(other("a", 300), at=at()))
+        events = node.do(ReservePods((other("a", 300), other("b", 200)), at=at(1)))
+        assert events == [OtherPodsReserved((ReservedOtherPod("b", 200, GIB // 4, 0),), at(1))]
+        assert node.do(ReservePods((other("a", 300), other("b", 200)), at=at(2))) == []
+
+    def test_a_vm_pod_of_the_same_name_refuses_the_batch(self) -> None:
+        """A name the node holds as a VM pod cannot be reserved again as a non-VM pod."""
+        node = Node()
+        node.vm("a", cpu=1000, memory=1)
+        with pytest.raises(Rejected, match="pod a is already reserved on n1 as a VM pod"):
+            node.do(ReservePods((other("b", 100), other("a", 100)), at=at()))
+
+    @pytest.mark.parametrize(
+        ("specs", "message"),
+        [
+            ((), "non-empty tuple"),
+            ((other("a", 100), other("a", 200)), "pod a twice"),
+            ((vm_spec("v", (0, 100, 100), (0, 1, 1)),), "reserve a VM pod with ReservePod"),
+        ],
+        ids=["empty", "twice", "vm-pod"],
+    )
+    def test_malformed_batches_are_invalid(self, specs: tuple[object, ...], message: str) -> None:
+        """An empty batch, a pod listed twice, or a VM pod are refused with what to do."""
+        with pytest.raises(InvalidCommand, match=message):
+            Node().do(ReservePods(specs, at=at()))  # type: ignore[arg-type]
+
+    def test_a_batch_replays_to_the_live_state(self) -> None:
+        """Folding the logged batch event again gives the state the decision left."""
+        node = Node()
+        node.do(ReservePods((other("a", 300), other("b", 1700, 3 * GIB)), at=at()))
+        node.do(DeletePod("a", at=at(1)))
+        assert node.replayed() == node.state
+        assert (node.state.cpu.reserved, node.state.memory.reserved) == (2000, 3)
+
+    def test_a_batch_that_raises_pressure_starts_migrations(self) -> None:
+        """Reserving past the watermark starts migrations, as a single reserve does."""
+        node = Node(config=replace(CONFIG, cpu_watermark=0.5))
+        node.vm("v", cpu=4000, memory=1)
+        events = node.do(ReservePods((other("a", 1000), other("b", 1000)), at=at()))
+        assert [type(e) for e in events] == [OtherPodsReserved, MigrationStarted]
 
 
 # Seed 04's behaviour table: total 10, system 0; (pod reserved, node reserved) -> request ->

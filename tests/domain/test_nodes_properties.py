@@ -35,8 +35,11 @@ from fleetledger.domain.nodes import (
     NodeState,
     OtherPodReserved,
     OtherPodSpec,
+    OtherPodsReserved,
     PodDeleted,
+    ReservedOtherPod,
     ReservePod,
+    ReservePods,
     ResourcesGranted,
     RestartController,
     StartupBound,
@@ -100,11 +103,23 @@ def _bounds(data: st.DataObject, top: int) -> Bounds:
     return Bounds(low, data.draw(st.integers(low, high)), high)
 
 
+def _other_spec(data: st.DataObject, pod: str) -> OtherPodSpec:
+    containers = tuple(
+        ContainerResources(
+            cpu_request_milli=data.draw(st.integers(0, 1500)),
+            memory_limit_bytes=data.draw(st.integers(0, 3 * SLOT)),
+        )
+        for _ in range(data.draw(st.integers(1, 3)))
+    )
+    return OtherPodSpec(name=pod, containers=containers)
+
+
 def _command(data: st.DataObject, state: NodeState, step: int) -> NodeCommand:
     at = T0 + timedelta(seconds=step)
     kind = data.draw(
         st.sampled_from(
-            ("request",) * 6 + ("vm", "vm", "other", "delete", "config", "restart", "size")
+            ("request",) * 6
+            + ("vm", "vm", "other", "others", "delete", "config", "restart", "size")
         )
     )
     pod = data.draw(st.sampled_from(PODS))
@@ -129,14 +144,10 @@ def _command(data: st.DataObject, state: NodeState, step: int) -> NodeCommand:
         spec = VmPodSpec(name=pod, cpu=_bounds(data, 8000), memory=_bounds(data, 16))
         return ReservePod(spec, at=at, already_running=data.draw(st.booleans()))
     if kind == "other":
-        containers = tuple(
-            ContainerResources(
-                cpu_request_milli=data.draw(st.integers(0, 1500)),
-                memory_limit_bytes=data.draw(st.integers(0, 3 * SLOT)),
-            )
-            for _ in range(data.draw(st.integers(1, 3)))
-        )
-        return ReservePod(OtherPodSpec(name=pod, containers=containers), at=at)
+        return ReservePod(_other_spec(data, pod), at=at)
+    if kind == "others":
+        names = data.draw(st.lists(st.sampled_from(PODS), unique=True, min_size=1, max_size=3))
+        return ReservePods(tuple(_other_spec(data, name) for name in names), at=at)
     if kind == "delete":
         return DeletePod(pod, at=at)
     if kind == "config":
@@ -245,6 +256,45 @@ class TestInvariants:
         assert all(a <= b for a, b in zip(held["log_bound"], held["assume_max"], strict=True))
 
 
+class TestBatchReserve:
+    @settings(max_examples=100, deadline=None)
+    @given(st.data())
+    def test_a_batch_reserve_equals_the_same_reserves_one_by_one(self, data: st.DataObject) -> None:
+        """On any reachable node, ReservePods leaves the state ReservePod for each pod in turn
+        leaves, in one event, or refuses with the reason the first refused ReservePod gives."""
+        state = initial_state()
+        for event in decide(state, JoinNode("n", 10_000, 16 * SLOT, 1, CONFIG, at=T0)):
+            state = evolve(state, event)
+        for step in range(1, data.draw(st.integers(0, 15)) + 1):
+            try:
+                for event in decide(state, _command(data, state, step)):
+                    state = evolve(state, event)
+            except Rejected:
+                continue
+        names = data.draw(st.lists(st.sampled_from(PODS), unique=True, min_size=1, max_size=6))
+        specs = tuple(_other_spec(data, name) for name in names)
+        at = T0 + timedelta(hours=1)
+        one_by_one: NodeState | str = state
+        for spec in specs:
+            assert isinstance(one_by_one, NodeState)
+            try:
+                for event in decide(one_by_one, ReservePod(spec, at=at)):
+                    one_by_one = evolve(one_by_one, event)
+            except Rejected as e:
+                one_by_one = e.reason
+                break
+        try:
+            events = decide(state, ReservePods(specs, at=at))
+        except Rejected as e:
+            assert e.reason == one_by_one
+            return
+        assert sum(isinstance(e, OtherPodsReserved) for e in events) <= 1
+        batched = state
+        for event in events:
+            batched = evolve(batched, event)
+        assert batched == one_by_one
+
+
 BOUNDS = Bounds(250, 1000, 4000)
 SAMPLES: list[NodeEvent] = [
     NodeJoined("n1", 16_000, 64, 2, CONFIG, T0),
@@ -253,6 +303,9 @@ SAMPLES: list[NodeEvent] = [
     NodeConfigChanged(replace(CONFIG, cpu_watermark=0.5), T0),
     VmPodReserved("a", BOUNDS, Bounds(1, 2, 8), 1, 1000, 2, False, T0),
     OtherPodReserved("o", 1500, 3 * SLOT + 1, 0, True, T0),
+    OtherPodsReserved(
+        (ReservedOtherPod("o1", 1500, 3 * SLOT + 1, 0), ReservedOtherPod("o2", 250, SLOT, 1)), T0
+    ),
     PodDeleted("a", T0),
     ResourcesGranted("a", 3000, 4, 2000, 4, 1000, 0, ComputeUnit(250, 1), 0.75, T0),
     ResourcesGranted("a", 3000, 4, 3000, 4, 0, 0, ComputeUnit(250, 1), None, T0),

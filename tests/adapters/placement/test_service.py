@@ -38,18 +38,24 @@ class TestBatch:
         self, store: EventStore, machines: FakeMachines
     ) -> None:
         """100 requests on 20 workers with room: all placed, no worker requested, one snapshot
-        read and one append carrying a reservation per workload on its node's stream."""
+        read and one append carrying one event per touched node stream, which reserves every
+        workload placed on that node."""
         service = service_on(store, machines, 20)
         before = store.read_all(after=0, limit=10_000)
         report = service.place_batch([workload(f"w{i}", 500) for i in range(100)])
         assert (report.placed, report.workers_requested, machines.requests) == (100, (), [])
         assert (report.snapshot_reads, report.appends, report.conflicts) == (1, 1, 0)
         after = store.read_all(after=before[-1].global_position, limit=10_000)
-        assert {r.type for r in after} == {"nodes.OtherPodReserved"}
-        assert len(after) == 100
-        assert after[-1].global_position - after[0].global_position == 99
-        nodes_used = {service.status(f"w{i}").node for i in range(100)}
-        assert {r.stream_id for r in after} == {nodes.stream_id(str(n)) for n in nodes_used}
+        assert {r.type for r in after} == {"nodes.OtherPodsReserved"}
+        assert after[-1].global_position - after[0].global_position == len(after) - 1
+        placed_on: dict[str, set[str]] = {}
+        for i in range(100):
+            placed_on.setdefault(nodes.stream_id(str(service.status(f"w{i}").node)), set()).add(
+                f"w{i}"
+            )
+        assert sorted(r.stream_id for r in after) == sorted(placed_on)
+        pods = {r.stream_id: {p["pod"] for p in r.data["pods"]} for r in after}
+        assert pods == placed_on
 
     def test_placements_are_in_the_node_streams(
         self, store: EventStore, machines: FakeMachines

@@ -19,7 +19,8 @@ class TestBurstWorkloads:
     @pytest.mark.parametrize("seed", [1, 2])
     def test_the_issue_assertions_hold(self, seed: int) -> None:
         """fits: all placed, 0 workers, 1 snapshot and 1 append per batch; overflow: workers
-        requested equal the minimum and all end placed; no node overcommitted."""
+        requested equal the minimum and all end placed; no node overcommitted; each touched
+        node stream got exactly one reservation event per batch."""
         report = run_placement_scenario(seed)
         fits, overflow = report.phases
         assert (fits.name, fits.requests, fits.placed, fits.workers_requested) == (
@@ -33,6 +34,7 @@ class TestBurstWorkloads:
         assert overflow.workers_requested == overflow.bin_packing_minimum > 0
         assert overflow.placed == overflow.requests == 100
         assert report.overcommitted_nodes == 0
+        assert report.node_events_per_batch == 1
 
     def test_naive_asks_for_unnecessary_workers(self, compared: PlacementReport) -> None:
         """The one-at-a-time placer on a 500 ms cache asks for workers the fleet did not need."""
