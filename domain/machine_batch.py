@@ -67,6 +67,7 @@ __all__ = [
     "RecordDispatch",
     "RecordMachineRead",
     "RecordMachineResults",
+    "REQUEST_TAG",
     "batch_put_machine_header",
     "decide",
     "MachineVariation",
@@ -96,6 +97,10 @@ BatchStatus = Literal["new", "sealed", "dispatched", "completed"]
 ReadResult = Literal["created", "failed", "not_found"]
 DEFAULT_MAX_ATTEMPTS = 3
 
+#: The per-machine tag naming the request a machine was made for. Per-machine tags travel in the
+#: header, so the header is where it goes; Azure refuses tag names containing ``/``.
+REQUEST_TAG = "fleetledger-request"
+
 
 # -- the BatchPutMachine header ------------------------------------------------------------------
 
@@ -109,21 +114,31 @@ class MachineVariation(Protocol):
     def zones(self) -> tuple[str, ...]: ...
     @property
     def tags(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def request_id(self) -> str | None: ...
 
 
 def batch_put_machine_header(machines: Sequence[MachineVariation]) -> dict[str, object]:
     """The ``BatchPutMachine`` header (seed 01) for ``machines``, in their order.
 
     Every machine is listed; absent zones are ``[]`` and absent tags ``{}``, never omitted, so the
-    cloud never has to guess what a missing key means.
+    cloud never has to guess what a missing key means. A machine that knows its request carries
+    it as :data:`REQUEST_TAG` (over a caller's tag of that name: ownership is ours to state).
     """
     return {
         "vmSkus": {"value": []},
         "batchMachines": [
-            {"machineName": m.machine_name, "zones": list(m.zones), "tags": dict(m.tags)}
+            {"machineName": m.machine_name, "zones": list(m.zones), "tags": _tags_of(m)}
             for m in machines
         ],
     }
+
+
+def _tags_of(machine: MachineVariation) -> dict[str, str]:
+    tags = dict(machine.tags)
+    if machine.request_id is not None:
+        tags[REQUEST_TAG] = machine.request_id
+    return tags
 
 
 def encode_batch_put_machine_header(machines: Sequence[MachineVariation]) -> str:
@@ -226,6 +241,8 @@ class RecordMachineRead:
     A ``not_found`` read after a create call that ended without a classified answer (an
     unexpected exception) carries that exception as ``call_error`` (``"Type: message"``): if the
     batch gives up on the machine, its failure says what the first such call raised.
+    ``deleted`` (``failed`` reads only): the read found a failed leftover and the cloud adapter
+    deleted it, as :class:`RecordMachineResults` ``deleted`` does for a batch's results.
     """
 
     batch_id: str
@@ -236,6 +253,7 @@ class RecordMachineRead:
     _: KW_ONLY
     at: datetime
     call_error: str | None = None
+    deleted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -617,6 +635,8 @@ def _decide_dispatch(
 def _check_header(batch_id: str, header: str, machines: Sequence[BatchMachine]) -> None:
     # The original built the header from whichever requests it had at hand; recording it here and
     # checking it against the batch catches a header that drops, reorders or invents a machine.
+    # Only new dispatches are checked: a recorded header (one from before machines carried their
+    # request tag, say) is a fact, and folds as it was written.
     try:
         sent = json.loads(header)
     except ValueError as e:
@@ -760,6 +780,11 @@ def _decide_read(
     state: BatchState, opened: BatchOpened, command: RecordMachineRead, at: datetime
 ) -> list[BatchEvent]:
     machine = _machine_named(opened, command.machine_name)
+    if type(command.deleted) is not bool or (command.deleted and command.result != "failed"):
+        raise InvalidCommand(
+            f"deleted must be a bool and only true on a 'failed' read, got {command.deleted!r} "
+            f"on a {command.result!r} read; only a failed machine's leftover is deleted"
+        )
     outcome: _Outcome
     if command.result == "created":
         if not command.provider_id or command.error is not None:
@@ -770,7 +795,7 @@ def _decide_read(
     elif command.result == "failed":
         if not isinstance(command.error, MachineError) or command.provider_id is not None:
             raise InvalidCommand("a 'failed' read needs an error and no provider_id")
-        outcome = _failed(opened.batch_id, machine, command.error, at)
+        outcome = _failed(opened.batch_id, machine, command.error, at, deleted=command.deleted)
     elif command.result == "not_found":
         if command.provider_id is not None or command.error is not None:
             raise InvalidCommand("a 'not_found' read carries neither provider_id nor error")

@@ -37,17 +37,21 @@ have started) are sent once more, and a machine the service says failed is read 
 reported failed: if it exists and its ownership tags are ours, it started after all.
 
 Ownership: the body's ``tags`` name the owner and the batch (:data:`OWNER_TAG`, :data:`BATCH_TAG`);
-they reach every machine of the batch. A machine that exists under another owner's tags is never
-taken over: its request fails with :class:`NameInUse`.
+they reach every machine of the batch. Per-machine tags travel in the header, so that is where
+each machine's request id goes (:data:`~fleetledger.domain.machine_batch.REQUEST_TAG`). A machine
+that exists under another owner's tags is never taken over: its request fails with
+:class:`NameInUse`.
 
 Failed leftovers: a machine whose provisioning failed stays in the pool as a failed resource; it is
-deleted (``delete_failed``) and the result says so (``BatchCreateResult.deleted``).
+deleted (``delete_failed``) and the result says so (``BatchCreateResult.deleted``). One of ours
+that ``read_machine`` finds failed is deleted too (``MachineObservation.deleted``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -191,10 +195,15 @@ class AksMachinesCloud:
         self, machine_name: str, *, resume_token: str | None = None
     ) -> MachineObservation:
         if resume_token is None:
-            return self._observe(machine_name)
-        # The token only says the machine was started; resuming is reading it until it is done.
-        seen = self._await([machine_name]).get(machine_name)
-        return seen if seen is not None else self._observe(machine_name)
+            seen = self._observe(machine_name)
+        else:
+            # The token only says the machine was started; resuming is reading it until it is
+            # done.
+            awaited = self._await([machine_name]).get(machine_name)
+            seen = awaited if awaited is not None else self._observe(machine_name)
+        if seen.status == "failed" and self._delete_failed:
+            return self._delete_if_ours(seen)
+        return seen
 
     # -- the batch PUT ------------------------------------------------------------------------
 
@@ -337,6 +346,19 @@ class AksMachinesCloud:
             return None
         except AzureError as e:
             raise from_azure_error(e) from e
+
+    def _delete_if_ours(self, seen: MachineObservation) -> MachineObservation:
+        """A failed machine found by a read (after a restart, say) is as billed as one found by
+        ``create_batch``: delete it, unless its tags say it is another owner's."""
+        try:
+            machine = self._get(seen.machine_name)
+        except CloudError:
+            return seen  # ownership unknown: the next read may delete it
+        if machine is None or not self._is_ours(machine):
+            return seen
+        if self._delete([seen.machine_name]):
+            return replace(seen, deleted=True)
+        return seen
 
     def _is_ours(self, machine: Machine) -> bool:
         tags = (machine.properties.tags if machine.properties else None) or {}

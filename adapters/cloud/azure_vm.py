@@ -33,7 +33,9 @@ Ownership: every VM is tagged with its owner, batch and (when known) request
 over only if its owner tag is ours; otherwise that request fails with :class:`NameInUse`.
 
 Failed leftovers: a VM whose create failed stays as a failed resource (billed for its disk and
-address); it is deleted (``delete_failed``) and the result names it in ``deleted``.
+address); it is deleted (``delete_failed``) and the result names it in ``deleted``. One of ours
+that ``read_machine`` finds failed (after a restart, say) is deleted too, and the observation says
+so (``MachineObservation.deleted``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from azure.core import MatchConditions
@@ -55,6 +57,7 @@ from azure.core.polling import LROPoller
 from azure.core.polling.base_polling import OperationFailed
 from azure.mgmt.compute import models as compute
 
+from fleetledger.domain.machine_batch import REQUEST_TAG
 from fleetledger.domain.template import MachineTemplate, template_hash
 
 from .arm import invalid_tag_keys, provisioning_status, sole_zone
@@ -92,7 +95,6 @@ TEMPLATE_HASH_TAG = "fleetledger-template"
 #: Ownership tags (Azure refuses tag names containing ``/``, hence the dashes).
 OWNER_TAG = "fleetledger-owner"
 BATCH_TAG = "fleetledger-batch"
-REQUEST_TAG = "fleetledger-request"
 
 # Compute's instance view spells a failed create "ProvisioningState/failed/<ARM error code>".
 _FAILED_STATUS_PREFIX = "ProvisioningState/failed/"
@@ -201,7 +203,16 @@ class AzureVmCloud:
     ) -> MachineObservation:
         if resume_token is not None:
             self._resume(machine_name, resume_token)
-        return self._observe(machine_name)
+        vm = self._read(machine_name)
+        if vm is None:
+            return MachineObservation(machine_name, "not_found")
+        seen = _observation_of(machine_name, vm)
+        # A failed VM found by a read (after a restart, say) is as billed as one found by
+        # create_batch; another owner's is never ours to delete.
+        ours = (vm.tags or {}).get(OWNER_TAG) == self._owner
+        if seen.status == "failed" and ours and self._delete_failed and self._delete(machine_name):
+            return replace(seen, deleted=True)
+        return seen
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -297,12 +308,6 @@ class AzureVmCloud:
             return None
         except AzureError as e:
             raise from_azure_error(e) from e
-
-    def _observe(self, machine_name: str) -> MachineObservation:
-        vm = self._read(machine_name)
-        if vm is None:
-            return MachineObservation(machine_name, "not_found")
-        return _observation_of(machine_name, vm)
 
 
 def virtual_machine(

@@ -13,7 +13,8 @@ against the real adapters:
   accepted; ``create_batch`` waits that long, so a :class:`ManualClock` makes it free;
 - with ``delete_failed=True``, as the real adapters do by default, ``create_batch`` deletes the
   failed machines it reports (they would stay billed) and names them in
-  ``BatchCreateResult.deleted``; the name is then free again. Off by default here, so that code
+  ``BatchCreateResult.deleted``, and ``read_machine`` deletes a failed machine it finds
+  (``MachineObservation.deleted``); the name is then free again. Off by default here, so that code
   tested against the fake sees the plain create-only semantics unless it asks otherwise.
 
 Everything a test scripts is consumed once: ``fail_machine`` fails the next create of that name,
@@ -25,7 +26,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from fleetledger.adapters.clock import Clock, SystemClock
@@ -174,7 +175,7 @@ class FakeCloud:
         for name in accepted:
             if name in omitted:
                 continue
-            seen = self.read_machine(name)
+            seen = self._observe(name)
             if seen.status == "succeeded" and seen.provider_id is not None:
                 created[name] = seen.provider_id
             elif seen.status == "failed" and seen.error is not None:
@@ -186,6 +187,16 @@ class FakeCloud:
     def read_machine(
         self, machine_name: str, *, resume_token: str | None = None
     ) -> MachineObservation:
+        seen = self._observe(machine_name, resume_token=resume_token)
+        if seen.status == "failed" and seen.error is not None and self._delete_failed:
+            # Found failed later (after a restart, say): as billed as one create_batch reports.
+            deleted = self._delete_failed_machines({machine_name: seen.error})
+            return replace(seen, deleted=bool(deleted))
+        return seen
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _observe(self, machine_name: str, *, resume_token: str | None = None) -> MachineObservation:
         with self._lock:
             machine = self._machines.get(machine_name)
         if machine is None:
@@ -199,8 +210,6 @@ class FakeCloud:
         if machine.error is not None:
             return MachineObservation(machine_name, "failed", machine.provider_id, machine.error)
         return MachineObservation(machine_name, "succeeded", machine.provider_id)
-
-    # -- internals ------------------------------------------------------------------------------
 
     def _accept(self, request: BatchCreate) -> tuple[list[str], dict[str, CloudError]]:
         """Decide each machine under the lock: accepted (new or existing) or refused."""

@@ -19,6 +19,9 @@ Served resources (one server per test; machine names are shared across the two A
 The AKS batch PUT answers as the service does (the contract of the AKS machines batch API, as the
 Karpenter Azure provider's design for header batching records it):
 
+- every machine of the header must carry a ``fleetledger-request`` tag (the controller's rule, not
+  the service's: a machine that cannot be traced to its request is a bug), else the batch is
+  refused as a whole with ``400 MissingRequestTag``;
 - every machine that could be started is started before the answer is written;
 - a machine that cannot be (it already exists, or a script refuses it) is reported in a *flat*
   error body, without the ``error`` wrapper: ``400 BatchMachineClientError`` with one
@@ -66,6 +69,8 @@ from typing import Any, Self
 from urllib.parse import parse_qsl, urlsplit
 
 from azure.core.credentials import AccessToken
+
+from fleetledger.domain.machine_batch import REQUEST_TAG
 
 __all__ = ["FakeArmServer", "RecordedRequest", "StaticTokenCredential"]
 
@@ -513,6 +518,15 @@ class FakeArmServer:
             return _error(400, "InvalidBatchPutMachineHeader", "header is not the expected JSON")
         if listed[0]["machineName"] != url_name:
             return _error(400, "InvalidParameter", "the URL must name the header's first machine")
+        untagged = [m["machineName"] for m in listed if not (m.get("tags") or {}).get(REQUEST_TAG)]
+        if untagged:
+            # Not the service's rule but the controller's: every machine it makes names its
+            # request, so a batch that would make one that does not is refused before anything.
+            return _error(
+                400,
+                "MissingRequestTag",
+                f"machine(s) {', '.join(untagged)} carry no {REQUEST_TAG} tag in the header",
+            )
         failures: list[tuple[dict[str, str], bool]] = []
         new: list[dict[str, Any]] = []
         for entry in listed:

@@ -58,7 +58,9 @@ class MachineSpec:
     machine_name: str
     zones: tuple[str, ...] = ()
     tags: tuple[tuple[str, str], ...] = ()
-    #: The request the machine is made for; adapters tag the machine with it when they can.
+    #: The request the machine is made for; the machine carries it as its ``fleetledger-request``
+    #: tag (:data:`~fleetledger.domain.machine_batch.REQUEST_TAG`): in the ``BatchPutMachine``
+    #: header on AKS, on the VM itself on Compute.
     request_id: str | None = None
 
     def __post_init__(self) -> None:
@@ -147,12 +149,25 @@ class ProgressNote:
 
 @dataclass(frozen=True, slots=True)
 class MachineObservation:
-    """What the provider says about one machine right now."""
+    """What the provider says about one machine right now.
+
+    ``deleted``: the machine was ``failed``, remained as a failed resource, and the adapter
+    deleted it so that nothing billed stays behind (as ``BatchCreateResult.deleted`` does for a
+    batch); a later read finds it ``not_found``.
+    """
 
     machine_name: str
     status: MachineStatus
     provider_id: str | None = None
     error: CloudError | None = None
+    deleted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.deleted and self.status != "failed":
+            raise ValueError(
+                f"machine {self.machine_name!r} is {self.status}, not failed: only a failed "
+                "machine's leftover is deleted"
+            )
 
 
 class CloudMachines(Protocol):
@@ -180,7 +195,8 @@ class CloudMachines(Protocol):
 
         With a ``resume_token`` from a :class:`ProgressNote`, the read resumes waiting for that
         create and reports its outcome (including a classified error), as ``create_batch`` would
-        have; without one it is a single read.
+        have; without one it is a single read. A machine of ours found failed is deleted when
+        the adapter deletes failed leftovers, and the observation says so (``deleted``).
         """
         ...
 
@@ -191,7 +207,8 @@ def batch_put_machine_header(machines: Sequence[MachineSpec]) -> dict[str, objec
     Built by :func:`fleetledger.domain.machine_batch.batch_put_machine_header`, the one
     implementation of the shape (the coordinator records the header it sends from the same
     function): ``{"vmSkus": {"value": []}, "batchMachines": [{"machineName", "zones", "tags"},
-    …]}``, absent zones ``[]`` and absent tags ``{}``, never omitted.
+    …]}``, absent zones ``[]`` and absent tags ``{}``, never omitted; a machine with a
+    ``request_id`` carries it in its tags as ``fleetledger-request``.
     """
     return domain_batch_put_machine_header(machines)
 

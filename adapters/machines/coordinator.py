@@ -11,7 +11,8 @@ as the grouper's ``BatchSealed``. Executing it follows the rules of
    header, built by :func:`fleetledger.domain.machine_batch.encode_batch_put_machine_header` from
    ``machines_to_dispatch``; ``header=None`` for per-machine PUT adapters) is appended first, then
    ``create_batch`` is called once for the whole batch.
-3. **Results per machine.** Created and failed machines are recorded; machines missing from both
+3. **Results per machine.** Created and failed machines are recorded (failed leftovers the
+   adapter deleted, from a result or from a read, with ``deleted``); machines missing from both
    maps stay unresolved and go through step 1 — the original treated them as created. A raised
    :class:`~fleetledger.adapters.cloud.CloudError` proves nothing was created, so it fails every
    unresolved request (``RecordCallFailure``) with that classified error; its ``retryable`` and
@@ -356,8 +357,14 @@ class Coordinator:
                     if seen.error is not None
                     else MachineError("unknown", f"machine {machine.machine_name} failed")
                 )
+                # A failed leftover the adapter deleted is recorded as deleted, as in results.
                 command = RecordMachineRead(
-                    batch.batch_id, machine.machine_name, "failed", error=error, at=now
+                    batch.batch_id,
+                    machine.machine_name,
+                    "failed",
+                    error=error,
+                    at=now,
+                    deleted=seen.deleted,
                 )
             else:
                 command = RecordMachineRead(

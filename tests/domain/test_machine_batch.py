@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,6 +16,7 @@ from fleetledger.domain import machine_batch
 from fleetledger.domain.errors import InvalidCommand, Rejected
 from fleetledger.domain.grouper import BatchMachine, BatchSealed
 from fleetledger.domain.machine_batch import (
+    REQUEST_TAG,
     BatchCommand,
     BatchCompleted,
     BatchDispatched,
@@ -69,6 +71,14 @@ THROTTLED = MachineError("throttled", "too many requests", retryable=True, retry
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Variation:
+    machine_name: str
+    zones: tuple[str, ...]
+    tags: tuple[tuple[str, str], ...]
+    request_id: str | None
 
 
 class Batch:
@@ -137,6 +147,7 @@ class TestSurface:
             "RecordDispatch",
             "RecordMachineRead",
             "RecordMachineResults",
+            "REQUEST_TAG",
             "batch_put_machine_header",
             "decide",
             "encode_batch_put_machine_header",
@@ -153,16 +164,68 @@ class TestSurface:
 
 
 class TestBatchPutMachineHeader:
-    def test_lists_every_machine_in_order_with_empty_defaults(self) -> None:
-        """Every machine appears in order; absent zones are [] and absent tags {}."""
+    def test_lists_every_machine_in_order_tagged_with_its_request(self) -> None:
+        """Every machine appears in order with its zones, its tags and its request id as the
+        ``fleetledger-request`` tag."""
         assert batch_put_machine_header(MACHINES) == {
             "vmSkus": {"value": []},
             "batchMachines": [
-                {"machineName": "m1", "zones": ["1"], "tags": {"team": "a"}},
-                {"machineName": "m2", "zones": [], "tags": {}},
-                {"machineName": "m3", "zones": ["2", "3"], "tags": {}},
+                {
+                    "machineName": "m1",
+                    "zones": ["1"],
+                    "tags": {"team": "a", "fleetledger-request": "r1"},
+                },
+                {"machineName": "m2", "zones": [], "tags": {"fleetledger-request": "r2"}},
+                {"machineName": "m3", "zones": ["2", "3"], "tags": {"fleetledger-request": "r3"}},
             ],
         }
+
+    def test_a_machine_without_a_request_has_empty_defaults(self) -> None:
+        """A machine that does not know its request carries no request tag; absent zones are []
+        and absent tags {}, never omitted."""
+        anonymous = _Variation("m9", (), (), None)
+
+        assert batch_put_machine_header([anonymous])["batchMachines"] == [
+            {"machineName": "m9", "zones": [], "tags": {}}
+        ]
+
+    def test_the_request_tag_overrides_a_caller_tag_of_that_name(self) -> None:
+        """Ownership is stated by the controller: a caller's tag cannot disguise the request."""
+        machine = BatchMachine("r1", "m1", (), ((REQUEST_TAG, "someone-else"),))
+
+        assert batch_put_machine_header([machine])["batchMachines"] == [
+            {"machineName": "m1", "zones": [], "tags": {REQUEST_TAG: "r1"}}
+        ]
+
+    @settings(max_examples=100, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.text(min_size=1, max_size=8),
+                st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+            ),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    def test_each_machine_carries_its_own_request_and_its_own_tags(
+        self, specs: list[tuple[str, dict[str, str]]]
+    ) -> None:
+        """Whatever the tags, each entry holds its machine's tags plus its own request id."""
+        machines = [
+            BatchMachine(request_id, f"m{i}", (), tuple(tags.items()))
+            for i, (request_id, tags) in enumerate(specs)
+        ]
+
+        entries = json.loads(encode_batch_put_machine_header(machines))["batchMachines"]
+
+        assert [e["tags"] for e in entries] == [
+            {**tags, REQUEST_TAG: request_id} for request_id, tags in specs
+        ]
+
+    def test_the_request_tag_key_is_one_azure_accepts(self) -> None:
+        """Azure refuses tag names containing / < > % & \\ ?."""
+        assert not set(REQUEST_TAG) & set("/<>%&\\?")
 
     def test_encoding_is_compact_json_of_the_header(self) -> None:
         """The encoded header is the compact JSON of the same structure."""
@@ -251,6 +314,45 @@ class TestDispatch:
         assert batch(command) == []
         with pytest.raises(Rejected, match="different calls"):
             batch(RecordDispatch("b-1", 1, ("PUT elsewhere",), header, at=at(1)))
+
+    def test_a_header_without_request_tags_is_refused(self) -> None:
+        """A new dispatch must tag each machine with its request, as the header function does."""
+        untagged = json.dumps(
+            {
+                "vmSkus": {"value": []},
+                "batchMachines": [
+                    {"machineName": m.machine_name, "zones": list(m.zones), "tags": dict(m.tags)}
+                    for m in MACHINES
+                ],
+            }
+        )
+        with pytest.raises(InvalidCommand, match="does not match"):
+            opened()(RecordDispatch("b-1", 1, CALL, untagged, at=at(1)))
+
+    def test_a_recorded_header_without_request_tags_still_folds(self) -> None:
+        """A dispatch recorded before machines carried request tags replays as it was; only the
+        next dispatch is checked against today's header."""
+        untagged = json.dumps(
+            {
+                "vmSkus": {"value": []},
+                "batchMachines": [
+                    {"machineName": m.machine_name, "zones": list(m.zones), "tags": dict(m.tags)}
+                    for m in MACHINES
+                ],
+            },
+            separators=(",", ":"),
+        )
+        old = BatchDispatched("b-1", 1, ("r1", "r2", "r3"), CALL, untagged, at(1))
+        batch = opened()
+        batch.state = evolve(batch.state, old)
+        batch(RecordMachineRead("b-1", "m2", "not_found", at=at(2)))
+
+        (second,) = batch.dispatch(attempt=2, seconds=3)
+
+        assert batch.state.dispatches[0].header == untagged
+        assert unresolved_machines(batch.state) == MACHINES
+        assert isinstance(second, BatchDispatched) and second.header is not None
+        assert json.loads(second.header)["batchMachines"][0]["tags"] == {REQUEST_TAG: "r2"}
 
     def test_dispatch_after_dispatch_requires_a_read(self) -> None:
         """With every machine in doubt, a new attempt is refused: read them first."""
@@ -385,7 +487,7 @@ class TestRead:
         assert isinstance(second, BatchDispatched) and second.request_ids == ("r2",)
         assert second.header is not None
         assert json.loads(second.header)["batchMachines"] == [
-            {"machineName": "m2", "zones": [], "tags": {}}
+            {"machineName": "m2", "zones": [], "tags": {REQUEST_TAG: "r2"}}
         ]
 
     def test_not_found_after_the_last_attempt_fails_not_created(self) -> None:
@@ -413,6 +515,39 @@ class TestRead:
 
         failures = {e.machine_name: e.deleted for e in events if isinstance(e, MachineFailed)}
         assert failures == {"m1": True, "m2": False}
+
+    def test_a_failed_read_records_the_deletion_of_its_leftover(self) -> None:
+        """A machine found failed by a read and deleted by the adapter ends failed with
+        ``deleted`` set, as in batch results."""
+        batch = dispatched()
+        capacity = MachineError("capacity_unavailable", "no D4s_v5 in zone 2")
+
+        (event,) = batch(
+            RecordMachineRead("b-1", "m1", "failed", error=capacity, at=at(2), deleted=True)
+        )
+
+        assert isinstance(event, MachineFailed)
+        assert (event.code, event.deleted) == ("capacity_unavailable", True)
+
+    def test_a_failed_read_without_deletion_leaves_deleted_unset(self) -> None:
+        """A failed read that deleted nothing says so: ``deleted`` defaults to false."""
+        batch = dispatched()
+
+        (event,) = batch(RecordMachineRead("b-1", "m1", "failed", error=QUOTA, at=at(2)))
+
+        assert isinstance(event, MachineFailed) and event.deleted is False
+
+    @pytest.mark.parametrize(
+        "read",
+        [
+            RecordMachineRead("b-1", "m1", "created", "/vm/m1", at=T0, deleted=True),
+            RecordMachineRead("b-1", "m1", "not_found", at=T0, deleted=True),
+        ],
+    )
+    def test_only_a_failed_read_can_record_a_deletion(self, read: RecordMachineRead) -> None:
+        """A machine that exists, or was not found, left no failed leftover to delete."""
+        with pytest.raises(InvalidCommand, match="deleted must be"):
+            dispatched()(read)
 
     def test_deleting_a_machine_not_reported_failed_is_refused(self) -> None:
         """Only a failed machine leaves something to delete."""

@@ -52,12 +52,14 @@ PROFILE = VmProfile(
 
 
 def batch(*names: str, batch_id: str = "batch-1", zones: tuple[str, ...] = ()) -> BatchCreate:
-    """A batch of ``names``; machine ``i`` asks for zone ``zones[i]`` when given."""
+    """A batch of ``names``; machine ``i`` asks for zone ``zones[i]`` when given, and is made
+    for request ``req-<name>``."""
     machines = tuple(
         MachineSpec(
             name,
             zones=(zones[i],) if i < len(zones) else (),
             tags=(("team", "platform"), ("machine", name)),
+            request_id=f"req-{name}",
         )
         for i, name in enumerate(names)
     )

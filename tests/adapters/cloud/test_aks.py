@@ -19,6 +19,7 @@ from fleetledger.adapters.cloud import (
     CloudSetupError,
     MachineSpec,
     NameInUse,
+    ProgressNote,
     QuotaExceeded,
     SkuUnavailable,
     Throttled,
@@ -31,10 +32,15 @@ from fleetledger.adapters.cloud.aks import (
     AksMachinesCloud,
 )
 from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
+from fleetledger.domain.machine_batch import REQUEST_TAG
 
 from .support import EPOCH, SUBSCRIPTION, TEMPLATE, batch
 
 _MACHINES = "/managedClusters/fleet/agentPools/burst/machines/"
+
+
+class Crash(Exception):
+    """Stands for the controller dying right after it recorded a progress note."""
 
 
 def _cloud(client: ContainerServiceClient, **options: object) -> AksMachinesCloud:
@@ -83,15 +89,18 @@ class TestBatchPut:
     def test_lists_every_machine_in_the_batch_put_machine_header(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
-        """The header is the compact JSON of every machine, in order, with [] and {} defaults."""
+        """The header is the compact JSON of every machine, in order, with [] and {} defaults,
+        each machine tagged with its request."""
         request = batch("m-1", "m-2", zones=("1",))
 
         aks_cloud.create_batch(request)
 
         assert fake_arm.puts()[0].header("BatchPutMachine") == (
             '{"vmSkus":{"value":[]},"batchMachines":['
-            '{"machineName":"m-1","zones":["1"],"tags":{"team":"platform","machine":"m-1"}},'
-            '{"machineName":"m-2","zones":[],"tags":{"team":"platform","machine":"m-2"}}]}'
+            '{"machineName":"m-1","zones":["1"],"tags":{"team":"platform","machine":"m-1",'
+            '"fleetledger-request":"req-m-1"}},'
+            '{"machineName":"m-2","zones":[],"tags":{"team":"platform","machine":"m-2",'
+            '"fleetledger-request":"req-m-2"}}]}'
         )
 
     def test_addresses_the_put_to_the_first_machine_in_the_preview_version(
@@ -397,6 +406,17 @@ class TestOwnership:
                 name,
             )
 
+    def test_every_machine_carries_its_request_tag(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """Each machine's request id rides in the header and ends up on that machine alone."""
+        aks_cloud.create_batch(batch("m-1", "m-2"))
+
+        assert [fake_arm.machine_tags(n)[REQUEST_TAG] for n in ("m-1", "m-2")] == [
+            "req-m-1",
+            "req-m-2",
+        ]
+
     def test_a_name_held_by_another_owner_is_never_taken_over(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
@@ -447,4 +467,60 @@ class TestFailedLeftovers:
         result = _cloud(aks_client, delete_failed=False).create_batch(batch("m-1"))
 
         assert result.deleted == ()
+        assert fake_arm.machine_state("m-1") == "Failed"
+
+    def test_a_failed_machine_found_by_a_read_is_deleted(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A failed machine of ours met by a read (after a restart, say) would stay billed too:
+        the read deletes it and says so."""
+        fake_arm.plant_machine("m-1", tags={OWNER_TAG: "fleetledger"}, state="Failed")
+
+        seen = aks_cloud.read_machine("m-1")
+
+        assert (seen.status, seen.deleted) == ("failed", True)
+        assert isinstance(seen.error, CapacityUnavailable)
+        assert fake_arm.deletions == ("m-1",)
+        assert aks_cloud.read_machine("m-1").status == "not_found"
+
+    def test_a_failed_create_resumed_after_a_crash_is_deleted(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """The controller died after the batch PUT; resuming the create finds it failed, and
+        that read deletes the leftover."""
+        fake_arm.fail_async("m-1", "AllocationFailed")
+        notes: list[ProgressNote] = []
+
+        def crash(note: ProgressNote) -> None:
+            notes.append(note)
+            raise Crash
+
+        with pytest.raises(Crash):
+            _cloud(aks_client).create_batch(batch("m-1"), on_progress=crash)
+        (note,) = notes
+        seen = _cloud(aks_client).read_machine("m-1", resume_token=note.resume_token)
+
+        assert (seen.status, seen.deleted) == ("failed", True)
+        assert fake_arm.deletions == ("m-1",)
+
+    def test_another_owners_failed_machine_is_never_deleted_by_a_read(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """Only our own leftovers are ours to delete."""
+        fake_arm.plant_machine("m-1", tags={OWNER_TAG: "someone-else"}, state="Failed")
+
+        seen = aks_cloud.read_machine("m-1")
+
+        assert (seen.status, seen.deleted) == ("failed", False)
+        assert fake_arm.deletions == ()
+
+    def test_a_read_deletes_nothing_when_deletion_is_off(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """With ``delete_failed=False`` a read leaves the failed machine where it is."""
+        fake_arm.plant_machine("m-1", tags={OWNER_TAG: "fleetledger"}, state="Failed")
+
+        seen = _cloud(aks_client, delete_failed=False).read_machine("m-1")
+
+        assert (seen.status, seen.deleted) == ("failed", False)
         assert fake_arm.machine_state("m-1") == "Failed"

@@ -94,6 +94,7 @@ class TestBody:
             "machine": "m-1",
             OWNER_TAG: "fleetledger",
             BATCH_TAG: "batch-1",
+            REQUEST_TAG: "req-m-1",
             TEMPLATE_HASH_TAG: template_hash(TEMPLATE),
         }
         assert properties["hardwareProfile"] == {"vmSize": "Standard_D4s_v5"}
@@ -249,6 +250,42 @@ class TestFailedLeftovers:
 
         assert set(result.failed) == {"m-1"}
         assert (result.deleted, fake_arm.deletions) == ((), ())
+
+    def test_a_failed_vm_found_by_a_read_is_deleted(
+        self, vm_cloud: AzureVmCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A failed VM of ours met by a read (after a restart, say) would stay billed too: the
+        read deletes it and says so."""
+        fake_arm.plant_machine("m-1", kind="vm", tags={OWNER_TAG: "fleetledger"}, state="Failed")
+
+        seen = vm_cloud.read_machine("m-1")
+
+        assert (seen.status, seen.deleted) == ("failed", True)
+        assert isinstance(seen.error, CapacityUnavailable)
+        assert fake_arm.deletions == ("m-1",)
+        assert vm_cloud.read_machine("m-1").status == "not_found"
+
+    def test_another_owners_failed_vm_is_never_deleted_by_a_read(
+        self, vm_cloud: AzureVmCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """Only our own leftovers are ours to delete."""
+        fake_arm.plant_machine("m-1", kind="vm", tags={OWNER_TAG: "someone-else"}, state="Failed")
+
+        seen = vm_cloud.read_machine("m-1")
+
+        assert (seen.status, seen.deleted) == ("failed", False)
+        assert fake_arm.deletions == ()
+
+    def test_a_read_deletes_nothing_when_deletion_is_off(
+        self, vm_contract_cloud: AzureVmCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """With ``delete_failed=False`` a read leaves the failed VM where it is."""
+        fake_arm.plant_machine("m-1", kind="vm", tags={OWNER_TAG: "fleetledger"}, state="Failed")
+
+        seen = vm_contract_cloud.read_machine("m-1")
+
+        assert (seen.status, seen.deleted) == ("failed", False)
+        assert fake_arm.machine_state("m-1") == "Failed"
 
 
 class TestContinuationToken:

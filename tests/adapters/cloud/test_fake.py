@@ -113,6 +113,29 @@ class TestFailedLeftovers:
 
         assert (result.deleted, cloud.deletions) == ((), ())
 
+    def test_a_failed_machine_found_by_a_read_is_deleted(self) -> None:
+        """With delete_failed a read that finds a failed machine deletes it and says so."""
+        cloud = FakeCloud(delete_failed=True)
+        cloud.fail_machine("m-1", UnknownCloudError("disk attach failed"))
+        cloud.omit_from_result("m-1")
+        cloud.create_batch(batch("m-1"))
+
+        seen = cloud.read_machine("m-1")
+
+        assert (seen.status, seen.deleted) == ("failed", True)
+        assert (cloud.deletions, cloud.machine_names()) == (("m-1",), ())
+
+    def test_a_read_deletes_nothing_by_default(self) -> None:
+        """Without delete_failed a read leaves the failed machine in place."""
+        cloud = FakeCloud()
+        cloud.fail_machine("m-1", UnknownCloudError("disk attach failed"))
+        cloud.create_batch(batch("m-1"))
+
+        seen = cloud.read_machine("m-1")
+
+        assert (seen.status, seen.deleted) == ("failed", False)
+        assert cloud.failed_leftovers() == ("m-1",)
+
 
 class TestRecording:
     def test_records_each_call_with_its_batch_put_machine_header(self) -> None:

@@ -19,8 +19,12 @@ from fleetledger.adapters.cloud.port import encode_batch_put_machine_header as h
 from .support import SUBSCRIPTION, TEMPLATE
 
 
+def _specs(*names: str) -> list[MachineSpec]:
+    return [MachineSpec(n, request_id=f"req-{n}") for n in names]
+
+
 def _put(client: ContainerServiceClient, *names: str) -> None:
-    machines = [MachineSpec(n) for n in names]
+    machines = _specs(*names)
     client.machines.begin_create_or_update(
         "rg",
         "fleet",
@@ -38,6 +42,31 @@ def _refused(client: ContainerServiceClient, *names: str) -> tuple[int, dict[str
     assert raised.value.response is not None
     body = json.loads(raised.value.response.text())
     return raised.value.status_code or 0, body
+
+
+class TestRequestTags:
+    def test_a_batch_with_a_machine_lacking_its_request_tag_is_refused_whole(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """Every machine the controller makes names its request: a header entry without the
+        ``fleetledger-request`` tag fails the whole batch, and nothing is created."""
+        specs = [MachineSpec("m-1", request_id="req-m-1"), MachineSpec("m-2")]
+
+        with pytest.raises(HttpResponseError) as raised:
+            aks_client.machines.begin_create_or_update(
+                "rg",
+                "fleet",
+                "burst",
+                "m-1",
+                machine_body(TEMPLATE),
+                headers={BATCH_PUT_MACHINE_HEADER: header_of(specs)},
+                polling=False,
+            )
+
+        assert raised.value.status_code == 400
+        assert raised.value.error is not None and raised.value.error.code == "MissingRequestTag"
+        assert "m-2" in str(raised.value)
+        assert fake_arm.creations == ()
 
 
 class TestBatchErrors:
@@ -95,7 +124,7 @@ class TestOperation:
             "burst",
             "m-1",
             machine_body(TEMPLATE),
-            headers={BATCH_PUT_MACHINE_HEADER: header_of([MachineSpec("m-1"), MachineSpec("m-2")])},
+            headers={BATCH_PUT_MACHINE_HEADER: header_of(_specs("m-1", "m-2"))},
         )
 
         poller.result()

@@ -10,7 +10,9 @@ from fleetledger.adapters import cloud
 from fleetledger.adapters.cloud import (
     BatchCreate,
     BatchCreateResult,
+    MachineObservation,
     MachineSpec,
+    MachineStatus,
     UnknownCloudError,
     batch_put_machine_header,
     encode_batch_put_machine_header,
@@ -55,6 +57,16 @@ class TestBatchPutMachineHeader:
         )
         assert json.loads(encoded)["batchMachines"][0]["tags"] == {"owner": "zoë"}
 
+    def test_a_machine_made_for_a_request_is_tagged_with_it(self) -> None:
+        """The request id joins the machine's own tags as ``fleetledger-request``."""
+        header = batch_put_machine_header(
+            [MachineSpec("m-1", tags=(("team", "a"),), request_id="r-1")]
+        )
+
+        assert header["batchMachines"] == [
+            {"machineName": "m-1", "zones": [], "tags": {"team": "a", "fleetledger-request": "r-1"}}
+        ]
+
     def test_is_the_domain_header_for_the_same_machines(self) -> None:
         """One implementation: the port's header is the domain's, which the log records."""
         specs = [
@@ -96,6 +108,14 @@ class TestMachineSpec:
     ) -> None:
         """A zonal failure can only be pinned on a zone when exactly one was requested."""
         assert MachineSpec("m-1", zones=zones).zone == zone
+
+
+class TestMachineObservation:
+    @pytest.mark.parametrize("status", ["succeeded", "creating", "not_found"])
+    def test_only_a_failed_machine_can_have_been_deleted(self, status: MachineStatus) -> None:
+        """A machine that exists or never did left no failed leftover to delete."""
+        with pytest.raises(ValueError, match="only a failed machine"):
+            MachineObservation("m-1", status, deleted=True)
 
 
 class TestBatchCreateResult:

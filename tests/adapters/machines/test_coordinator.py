@@ -75,10 +75,11 @@ class RecordingCloud:
 
 
 class TestDispatch:
-    def test_the_header_lists_every_machine_in_order_with_empty_defaults(
+    def test_the_header_lists_every_machine_in_order_tagged_with_its_request(
         self, sqlite_store: EventStore
     ) -> None:
-        """Absent zones are [] and absent tags {}; the recorded header is the one sent."""
+        """Absent zones are [], every machine carries its request id as the
+        ``fleetledger-request`` tag; the recorded header is the one sent."""
         fake = FakeCloud()
         (outcome, *_) = outcomes_of(
             sqlite_store,
@@ -91,9 +92,13 @@ class TestDispatch:
         expected = {
             "vmSkus": {"value": []},
             "batchMachines": [
-                {"machineName": "m-1", "zones": ["1", "2"], "tags": {"team": "a"}},
-                {"machineName": "m-2", "zones": [], "tags": {}},
-                {"machineName": "m-3", "zones": ["3"], "tags": {}},
+                {
+                    "machineName": "m-1",
+                    "zones": ["1", "2"],
+                    "tags": {"team": "a", "fleetledger-request": "r-1"},
+                },
+                {"machineName": "m-2", "zones": [], "tags": {"fleetledger-request": "r-2"}},
+                {"machineName": "m-3", "zones": ["3"], "tags": {"fleetledger-request": "r-3"}},
             ],
         }
         dispatched = sqlite_store.read_all(types=["vm.BatchDispatched"])[0]
@@ -162,6 +167,22 @@ class TestResults:
         assert [o.status for o in outcomes] == ["created", "failed"]
         error = outcomes[1].error
         assert error is not None and error.code == "capacity_unavailable"
+
+    def test_a_failed_leftover_deleted_by_a_read_is_recorded_deleted(
+        self, sqlite_store: EventStore
+    ) -> None:
+        """A failed machine the batch result left out is read; the adapter deletes it there,
+        and its failure records the deletion as a result's would."""
+        fake = FakeCloud(delete_failed=True)
+        fake.fail_machine("m-2", CapacityUnavailable("no capacity", zone="2"))
+        fake.omit_from_result("m-2")
+
+        outcomes = outcomes_of(sqlite_store, fake, request(1), request(2, zones=("2",)))
+
+        assert [o.status for o in outcomes] == ["created", "failed"]
+        (failed,) = sqlite_store.read_all(types=["vm.MachineFailed"])
+        assert (failed.data["machine_name"], failed.data["deleted"]) == ("m-2", True)
+        assert (fake.deletions, fake.failed_leftovers()) == (("m-2",), ())
 
     def test_a_whole_call_refusal_fails_every_request_with_its_error(
         self, sqlite_store: EventStore

@@ -49,7 +49,11 @@ class TestBatching:
         assert cloud.calls[0].header == {
             "vmSkus": {"value": []},
             "batchMachines": [
-                {"machineName": f"m-{n}", "zones": [str(n % 3 + 1)], "tags": {"n": str(n)}}
+                {
+                    "machineName": f"m-{n}",
+                    "zones": [str(n % 3 + 1)],
+                    "tags": {"n": str(n), "fleetledger-request": f"r-{n}"},
+                }
                 for n in range(5)
             ],
         }

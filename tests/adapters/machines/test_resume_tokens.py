@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.containerservice import ContainerServiceClient
 
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cloud import (
@@ -22,6 +23,7 @@ from fleetledger.adapters.cloud import (
     MachineObservation,
     ProgressNote,
 )
+from fleetledger.adapters.cloud.aks import PREVIEW_API_VERSION, AksMachinesCloud
 from fleetledger.adapters.cloud.azure_vm import AzureVmCloud
 from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 from fleetledger.adapters.machines import CoordinatorOptions
@@ -37,6 +39,19 @@ def vm_cloud(server: FakeArmServer) -> Iterator[AzureVmCloud]:
         StaticTokenCredential(), SUBSCRIPTION, **server.client_options()
     ) as client:
         yield AzureVmCloud(client, resource_group="rg", profile=PROFILE)
+
+
+@contextlib.contextmanager
+def aks_cloud(server: FakeArmServer, clock: ManualClock) -> Iterator[AksMachinesCloud]:
+    with ContainerServiceClient(
+        StaticTokenCredential(),
+        SUBSCRIPTION,
+        api_version=PREVIEW_API_VERSION,
+        **server.client_options(),
+    ) as client:
+        yield AksMachinesCloud(
+            client, resource_group="rg", cluster_name="fleet", agent_pool="burst", clock=clock
+        )
 
 
 def wait_for_broken_poll(server: FakeArmServer, timeout: float = 10.0) -> None:
@@ -105,3 +120,35 @@ class TestResumeToken:
         assert accepted[0]["resume_token"]
         assert outcome.status == "created"
         assert len(puts) == 1
+
+    def test_a_create_found_failed_after_a_restart_is_deleted_and_recorded(
+        self, store_url: str
+    ) -> None:
+        """The AKS batch PUT was accepted, then the process died; the next process resumes the
+        create, finds it failed, deletes the leftover and records the failure as deleted."""
+        clock = ManualClock(EPOCH)
+        with FakeArmServer() as server:
+            server.fail_async("m-1", "AllocationFailed")
+            with (
+                contextlib.closing(open_store(store_url)) as store,
+                aks_cloud(server, clock) as cloud,
+            ):
+                runtime = manual_runtime(store, DiesOnceAccepted(cloud), clock)
+                with pytest.raises(SimulatedCrash):
+                    runtime.machines.enqueue(request(1, skip_batching=True))
+            tags = server.machine_tags("m-1")
+
+            with (
+                contextlib.closing(open_store(store_url)) as store,
+                aks_cloud(server, clock) as cloud,
+            ):
+                restarted = manual_runtime(store, cloud, clock)
+                outcome = restarted.machines.outcome("r-1").result(timeout=5)
+                failures = [e.data for e in store.read_all() if e.type == "vm.MachineFailed"]
+
+            deletions, remaining = server.deletions, server.machine_names()
+
+        assert tags["fleetledger-request"] == "r-1"
+        assert outcome.status == "failed"
+        assert [(f["machine_name"], f["deleted"]) for f in failures] == [("m-1", True)]
+        assert (deletions, remaining) == (("m-1",), ())
