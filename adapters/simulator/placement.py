@@ -33,20 +33,17 @@ the runtime, read back from the log (must be 1: a batch decides a node's workloa
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from pathlib import Path
 from random import Random
 
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.machines import MachineRequest
 from fleetledger.adapters.nodes import DEFAULT_NODE_CONFIG, NodeService
 from fleetledger.adapters.placement import BatchReport, PlacementRuntime
+from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.domain.nodes import (
     DeletePod,
     JoinNode,
@@ -57,7 +54,7 @@ from fleetledger.domain.nodes import (
 )
 from fleetledger.domain.placement import Pool, WorkloadRequest, reservation
 from fleetledger.domain.template import MachineTemplate
-from fleetledger.eventstore import EventStore, migrate, open_store
+from fleetledger.eventstore import EventStore
 
 __all__ = ["PHASES", "PhaseFigures", "PlacementReport", "run_placement_scenario"]
 
@@ -179,11 +176,11 @@ def run_placement_scenario(
         for i, cpu in enumerate(sizes)
     ]
     minimum = _quarters_minimum(sizes)
-    with _scratch_store(url) as store:
+    with simulation_store(url) as store:
         phases, overcommitted, node_events = _batched(store, fits, overflow, minimum)
     naive = naive_over = None
     if compare_naive:
-        with _scratch_store(url) as store:
+        with simulation_store(url) as store:
             naive, naive_over = _naive(store, fits, overflow, minimum)
     return PlacementReport(
         seed=seed,
@@ -478,21 +475,3 @@ def _overcommitted(store: EventStore, prefix: str) -> int:
         ):
             count += 1
     return count
-
-
-@contextlib.contextmanager
-def _scratch_store(url: str | None) -> Iterator[EventStore]:
-    if url is not None:
-        migrate.upgrade(url)
-        with open_store(url) as store:
-            yield store
-        return
-    shm = Path("/dev/shm")
-    scratch = Path(tempfile.mkdtemp(prefix="fleetledger-pl-", dir=shm if shm.is_dir() else None))
-    try:
-        scratch_url = f"sqlite:///{scratch / 'placement.db'}"
-        migrate.upgrade(scratch_url)
-        with open_store(scratch_url) as store:
-            yield store
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)

@@ -17,16 +17,12 @@ so reruns never collide; nothing is deleted there.
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from random import Random
 
 import structlog
@@ -40,7 +36,7 @@ from fleetledger.adapters.cloud import (
     ProgressNote,
 )
 from fleetledger.adapters.machines import MachineRequest, MachinesRuntime
-from fleetledger.eventstore import EventStore, migrate, open_store
+from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.projections.machine_requests import RequestView
 
 from .report import ComparisonReport, Latency, SimulationReport
@@ -82,7 +78,7 @@ def run_script(
     started = time.perf_counter()
     run_id = uuid.uuid4().hex[:12]
     grouper = f"sim-{run_id}"
-    with _log_store(url) as store:
+    with simulation_store(url) as store:
         clock = VirtualTime(EPOCH, max_concurrent=script.max_concurrent_batches)
         # As the real adapters do, failed machines are deleted (they would stay billed).
         fake = FakeCloud(clock=clock, latency=script.cloud_latency_seconds, delete_failed=True)
@@ -282,24 +278,3 @@ def _report(
         virtual_seconds=(last - EPOCH).total_seconds(),
         injections=tuple(i.description for i in script.injections),
     )
-
-
-# -- the log ---------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _log_store(url: str | None) -> Iterator[EventStore]:
-    if url is not None:
-        migrate.upgrade(url)
-        with open_store(url) as store:
-            yield store
-        return
-    shm = Path("/dev/shm")
-    scratch = Path(tempfile.mkdtemp(prefix="fleetledger-sim-", dir=shm if shm.is_dir() else None))
-    try:
-        scratch_url = f"sqlite:///{scratch / 'simulation.db'}"
-        migrate.upgrade(scratch_url)
-        with open_store(scratch_url) as store:
-            yield store
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)

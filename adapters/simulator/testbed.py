@@ -23,14 +23,10 @@ in the log — and the extender's p99 answer time over HTTP. That last one is wa
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from random import Random
 
 from fastapi.testclient import TestClient
@@ -39,10 +35,11 @@ from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cluster import FakeCluster, Node, NoRoom
 from fleetledger.adapters.extender import wire
 from fleetledger.adapters.extender.server import create_extender_app
+from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.adapters.testbeds import GHOST_LABEL, FakeApplications, TestbedsRuntime
 from fleetledger.adapters.testbeds.aggregates import TESTBED
 from fleetledger.domain import batch_job, testbed
-from fleetledger.eventstore import EventStore, migrate, open_store
+from fleetledger.eventstore import EventStore
 
 from .report import percentile
 
@@ -118,24 +115,6 @@ class TestbedReport:
             f"p99 {self.extender_p99_ms:.2f} ms (wall clock, in-process HTTP)",
         ]
         return "\n".join(lines)
-
-
-@contextlib.contextmanager
-def _scratch_store(url: str | None) -> Iterator[EventStore]:
-    if url is not None:
-        migrate.upgrade(url)
-        with open_store(url) as store:
-            yield store
-        return
-    shm = Path("/dev/shm")
-    scratch = Path(tempfile.mkdtemp(prefix="fleetledger-tb-", dir=shm if shm.is_dir() else None))
-    try:
-        scratch_url = f"sqlite:///{scratch / 'testbed.db'}"
-        migrate.upgrade(scratch_url)
-        with open_store(scratch_url) as store:
-            yield store
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class _FakeScheduler:
@@ -289,7 +268,7 @@ def run_testbed_scenario(seed: int, *, url: str | None = None) -> TestbedReport:
         ]
     )
     apps = FakeApplications(cluster)
-    with _scratch_store(url) as store:
+    with simulation_store(url) as store:
         runtime = TestbedsRuntime(store, cluster, apps, clock=clock, threads=False)
         runtime.start()
         service = runtime.service

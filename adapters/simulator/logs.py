@@ -1,0 +1,36 @@
+"""Where a simulation keeps its log: the database it is given, or a scratch SQLite file.
+
+The scratch file lives in RAM-backed ``/dev/shm`` when there is one (a throwaway log gains nothing
+from ``fsync``) and is removed afterwards. A given database is migrated to the schema's head first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from fleetledger.eventstore import EventStore, migrate, open_store
+
+__all__ = ["simulation_store"]
+
+
+@contextlib.contextmanager
+def simulation_store(url: str | None) -> Iterator[EventStore]:
+    """An open store on ``url`` (migrated), or on a scratch SQLite file removed on exit."""
+    if url is not None:
+        migrate.upgrade(url)
+        with open_store(url) as store:
+            yield store
+        return
+    shm = Path("/dev/shm")
+    scratch = Path(tempfile.mkdtemp(prefix="fleetledger-sim-", dir=shm if shm.is_dir() else None))
+    try:
+        scratch_url = f"sqlite:///{scratch / 'simulation.db'}"
+        migrate.upgrade(scratch_url)
+        with open_store(scratch_url) as store:
+            yield store
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
