@@ -35,8 +35,9 @@ typecheck: $(STAMP)
 	MYPYPATH=$(TYPECHECK_TREE) $(BIN)/mypy -p fleetledger -p tests
 
 # One worker per core: most tests wait on Postgres, so two workers halve the run on two cores.
+# A test file stays on one worker, so a file's expensive fixtures (a built wheel) are made once.
 unit: $(STAMP)
-	$(BIN)/pytest -n auto
+	$(BIN)/pytest -n auto --dist loadfile
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache fleetledger.db*

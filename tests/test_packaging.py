@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -16,6 +17,9 @@ import pytest
 from fleetledger.eventstore import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "*.db"
+)
 TOP_LEVEL_PACKAGES = ("adapters", "domain", "eventstore", "migrations", "projections")
 
 USER_TEST = """
@@ -84,10 +88,14 @@ def _run(args: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The sdist and wheel built from this checkout, and what the build printed."""
     dist = tmp_path_factory.mktemp("dist")
+    # Built from a copy: a build writes egg-info and build/ into its source tree, which other test
+    # processes (and an editable install) share.
+    source = tmp_path_factory.mktemp("source") / "fleetledger"
+    shutil.copytree(ROOT, source, ignore=_NOT_SOURCE)
     # With bytecode writing off, setuptools prints "warning: byte-compiling is disabled": a note
     # about this environment, not about the package.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    output = _run([sys.executable, "-m", "build", "--outdir", dist, ROOT], cwd=ROOT, env=env)
+    output = _run([sys.executable, "-m", "build", "--outdir", dist, source], cwd=source, env=env)
     return dist, output
 
 
