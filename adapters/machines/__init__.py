@@ -1,4 +1,4 @@
-"""The machine-request runtime (issue 3): grouper service, coordinator reactor, driver, facade.
+"""The machine-request runtime: grouper service, coordinator reactor, driver, facade.
 
 The vertical slice of PRODUCT.md §4.1 — a request goes domain → log → reactor → cloud → outcome::
 
