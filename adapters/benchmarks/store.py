@@ -22,22 +22,20 @@ import functools
 import hashlib
 import json
 import statistics
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import structlog
 
-from fleetledger.eventstore import ANY, EventStore, NewEvent, migrate, open_store
-from fleetledger.eventstore._engine import libpq_conninfo, normalise_url, resolve_url
-from fleetledger.eventstore.scratch import scratch_postgres_database
+from fleetledger.eventstore import ANY, EventStore, NewEvent, open_store
+from fleetledger.eventstore._engine import libpq_conninfo
+
+from .scratch import scratch_database
 
 __all__ = ["Measurement", "StoreBenchReport", "run_store_bench"]
 
@@ -138,24 +136,11 @@ def _timed(work: Callable[[], int]) -> float:
     return done / (time.perf_counter() - started)
 
 
-@contextmanager
-def _scratch_database(url: str) -> Iterator[str]:
-    parsed = normalise_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="fleetledger-bench-") as folder:
-            yield f"sqlite:///{Path(folder) / 'bench.db'}"
-        return
-    server = parsed.render_as_string(hide_password=False)
-    with scratch_postgres_database(server, prefix="fleetledger_bench") as scratch:
-        yield scratch
-
-
 def run_store_bench(url: str | None = None, *, events: int = 2000) -> StoreBenchReport:
     """Measure appends and replay; see the module docstring."""
     if events < WRITER_THREADS * 10:
         raise ValueError(f"--events must be at least {WRITER_THREADS * 10}")
-    with _scratch_database(resolve_url(url)) as scratch:
-        migrate.upgrade(scratch)
+    with scratch_database(url) as scratch:
         is_postgres = not scratch.startswith("sqlite")
         with (
             _raw_writer(scratch, events) if is_postgres else contextlib.nullcontext() as raw,
@@ -164,10 +149,8 @@ def run_store_bench(url: str | None = None, *, events: int = 2000) -> StoreBench
             writes = _measure_single_appends(store, raw, events)
             batches = _measure_batches(store, scratch if is_postgres else None, events)
     # Replay reads a log of its own, so its figures do not depend on --events.
-    with _scratch_database(resolve_url(url)) as scratch:
-        migrate.upgrade(scratch)
-        with open_store(scratch) as store:
-            reads = _measure_replay(store, scratch if is_postgres else None)
+    with scratch_database(url) as scratch, open_store(scratch) as store:
+        reads = _measure_replay(store, scratch if is_postgres else None)
     raw_minimal, raw_insert = writes.get("raw_minimal"), writes.get("raw_insert")
     single, threaded = writes["single"], writes["threaded"]
     measurements = [
