@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from fleetledger.adapters.runtime import Aggregate, EventCodec
+from fleetledger.adapters.runtime import Aggregate, EventCodec, events_of
 from fleetledger.domain import ipam
 from fleetledger.domain.codec import registered_event_types
 from fleetledger.domain.ipam import IpamConfig, SubnetCommand, SubnetEvent, SubnetState
@@ -22,18 +22,7 @@ __all__ = [
 
 SUBNET_STREAM_PREFIX = "subnet-"
 
-SUBNET_EVENT_TYPES: tuple[type, ...] = (
-    ipam.SubnetCreated,
-    ipam.NodeJoined,
-    ipam.NodeLeft,
-    ipam.DemandReported,
-    ipam.ExhaustionChanged,
-    ipam.BatchSizeChanged,
-    ipam.PoolResized,
-    ipam.IpsRequested,
-    ipam.IpsAllocated,
-    ipam.IpsReleased,
-)
+SUBNET_EVENT_TYPES: tuple[type, ...] = events_of(SubnetEvent)
 
 # An event is about its node when it has one, else about the subnet.
 SUBNET_CODEC: EventCodec[SubnetEvent] = EventCodec(

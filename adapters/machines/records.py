@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleetledger.adapters.runtime.codec import EventCodec, event_id
+from fleetledger.adapters.runtime.codec import EventCodec, event_id, events_of
 from fleetledger.domain import grouper, machine_batch
 from fleetledger.eventstore import NewEvent, RecordedEvent
 
@@ -26,16 +26,8 @@ __all__ = [
 ]
 
 _CORRELATION = ("request_id", "batch_id")
-_GROUPER_EVENTS = (grouper.MachineRequested, grouper.BatchSealed, grouper.BatchOutcomesRecorded)
-_BATCH_EVENTS = (
-    machine_batch.BatchOpened,
-    machine_batch.BatchDispatched,
-    machine_batch.MachineCreated,
-    machine_batch.MachineFailed,
-    machine_batch.MachineNotFound,
-    machine_batch.MachineCreateAccepted,
-    machine_batch.BatchCompleted,
-)
+_GROUPER_EVENTS = events_of(grouper.GrouperEvent)
+_BATCH_EVENTS = events_of(machine_batch.BatchEvent)
 
 GROUPER_CODEC: EventCodec[grouper.GrouperEvent] = EventCodec(
     "grouper", _GROUPER_EVENTS, correlation_fields=_CORRELATION

@@ -6,26 +6,13 @@ request, and a restart loads each node from its last snapshot plus the tail.
 
 from __future__ import annotations
 
-from fleetledger.adapters.runtime import Aggregate, EventCodec, SnapshotCodec
+from fleetledger.adapters.runtime import Aggregate, EventCodec, SnapshotCodec, events_of
 from fleetledger.domain import nodes
 from fleetledger.domain.nodes import NodeCommand, NodeEvent, NodeState
 
 __all__ = ["NODE_CODEC", "NODE_EVENT_TYPES", "node_aggregate", "node_of_stream"]
 
-NODE_EVENT_TYPES: tuple[type, ...] = (
-    nodes.NodeJoined,
-    nodes.NodeCapacityChanged,
-    nodes.NodeLeft,
-    nodes.NodeConfigChanged,
-    nodes.VmPodReserved,
-    nodes.OtherPodReserved,
-    nodes.OtherPodsReserved,
-    nodes.PodDeleted,
-    nodes.ResourcesGranted,
-    nodes.ComputeUnitViolated,
-    nodes.MigrationStarted,
-    nodes.ControllerRestarted,
-)
+NODE_EVENT_TYPES: tuple[type, ...] = events_of(NodeEvent)
 
 NODE_CODEC: EventCodec[NodeEvent] = EventCodec(
     "nodes", NODE_EVENT_TYPES, correlation_fields=("pod", "node")

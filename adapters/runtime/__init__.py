@@ -21,7 +21,14 @@ from __future__ import annotations
 
 from .aggregate import Aggregate, SnapshotCodec
 from .appends import RetryPolicy, append_decision
-from .codec import EVENT_ID_NAMESPACE, LEADER_TERM_KEY, EventCodec, correlation_of, event_id
+from .codec import (
+    EVENT_ID_NAMESPACE,
+    LEADER_TERM_KEY,
+    EventCodec,
+    correlation_of,
+    event_id,
+    events_of,
+)
 from .driver import ClockDriver
 from .duties import Duties
 from .errors import CommandRefused, Deposed, HostError, LogContention, LogUnavailable
@@ -78,6 +85,7 @@ __all__ = [
     "append_decision",
     "correlation_of",
     "event_id",
+    "events_of",
     "lease_for",
     "opening_append",
 ]

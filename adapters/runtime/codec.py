@@ -21,6 +21,7 @@ whoever re-sends it.
 from __future__ import annotations
 
 import json
+import typing
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Final, Generic, TypeVar
@@ -35,6 +36,7 @@ __all__ = [
     "EventCodec",
     "correlation_of",
     "event_id",
+    "events_of",
 ]
 
 EVENT_ID_NAMESPACE: Final = uuid.UUID("7f1d3c52-3a8e-5b0c-9d41-0e6a2f6c8b17")
@@ -50,6 +52,15 @@ def event_id(stream_id: str, version: int, type_name: str, data: object) -> uuid
     """The deterministic id of an event with ``data`` at ``version`` of ``stream_id``."""
     body = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return uuid.uuid5(EVENT_ID_NAMESPACE, f"{stream_id}\n{version}\n{type_name}\n{body}")
+
+
+def events_of(union: object) -> tuple[type, ...]:
+    """The event classes of a domain's event union (``GrouperEvent`` is ``A | B | C``): a codec
+    built from the union cannot drift from the events the aggregate folds."""
+    members = typing.get_args(union) or (union,)
+    if not all(isinstance(member, type) for member in members):
+        raise TypeError(f"{union!r} is not a union of event classes")
+    return tuple(members)
 
 
 def correlation_of(event: object, fields: Sequence[str] = ("request_id",)) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleetledger.adapters.runtime import Aggregate, EventCodec
+from fleetledger.adapters.runtime import Aggregate, EventCodec, events_of
 from fleetledger.domain import batch_job, scheduling, testbed
 from fleetledger.domain.batch_job import JobCommand, JobEvent, JobState
 from fleetledger.domain.scheduling import SchedulingCommand, SchedulingEvent, SchedulingState
@@ -17,14 +17,7 @@ TESTBED: Aggregate[TestbedState, TestbedCommand, TestbedEvent] = Aggregate(
     decide=testbed.decide,
     codec=EventCodec(
         "testbed",
-        (
-            testbed.TestbedDefined,
-            testbed.ClusterObserved,
-            testbed.SlotReserved,
-            testbed.ReservationCleared,
-            testbed.TestbedClaimed,
-            testbed.TestbedReleased,
-        ),
+        events_of(TestbedEvent),
         correlation_fields=("pod_name", "scheduling", "name"),
     ),
     stream_of=testbed.stream_name,
@@ -37,17 +30,7 @@ BATCH_JOB: Aggregate[JobState, JobCommand, JobEvent] = Aggregate(
     decide=batch_job.decide,
     codec=EventCodec(
         "batch_job",
-        (
-            batch_job.JobDefined,
-            batch_job.JobClaimed,
-            batch_job.ApplicationRequested,
-            batch_job.JobScheduled,
-            batch_job.JobRunning,
-            batch_job.JobCompleted,
-            batch_job.JobFailed,
-            batch_job.JobReleased,
-            batch_job.ApplicationDeleted,
-        ),
+        events_of(JobEvent),
         correlation_fields=("scheduling", "job", "name"),
     ),
     stream_of=batch_job.stream_name,
@@ -60,17 +43,7 @@ SCHEDULING: Aggregate[SchedulingState, SchedulingCommand, SchedulingEvent] = Agg
     decide=scheduling.decide,
     codec=EventCodec(
         "scheduling",
-        (
-            scheduling.SchedulingCreated,
-            scheduling.ClaimsGranted,
-            scheduling.ClaimConflicted,
-            scheduling.HoldingsReleased,
-            scheduling.JobsAssigned,
-            scheduling.SubmissionConfirmed,
-            scheduling.SchedulingCompleted,
-            scheduling.QueueExtended,
-            scheduling.SchedulingReleased,
-        ),
+        events_of(SchedulingEvent),
         correlation_fields=("name",),
     ),
     stream_of=scheduling.stream_name,

@@ -16,7 +16,7 @@ class TestSurface:
                 "Lease", "Leadership", "LogContention", "LogFollower", "LogUnavailable",
                 "MemoryLease", "NoFencing", "Plan", "PostgresLease", "ReadModel", "Reactor",
                 "Reactors", "RetryPolicy", "SnapshotCodec", "TaskRunner", "ThreadRunner",
-                "Writer", "append_decision", "correlation_of", "event_id", "lease_for",
+                "Writer", "append_decision", "correlation_of", "event_id", "events_of", "lease_for",
                 "opening_append",
             ]
         )  # fmt: skip
