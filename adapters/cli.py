@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_serve(bench_commands)
     _add_bench_nodes(bench_commands)
     _add_bench_placement(bench_commands)
+    _add_bench_reliability(bench_commands)
     _add_simulate(commands)
     _add_serve(commands)
     _add_dumpstate(commands)
@@ -229,6 +230,26 @@ def _add_bench_placement(bench_commands: Subcommands) -> None:
     placement.add_argument("--batch", type=int, default=100)
     _add_json(placement)
     placement.set_defaults(run=_bench_placement)
+
+
+def _add_bench_reliability(bench_commands: Subcommands) -> None:
+    reliability = bench_commands.add_parser(
+        "reliability",
+        help="hostile inputs and database faults against the API: nothing lost or stalled "
+        "(exit 1 otherwise)",
+    )
+    _add_url(reliability)
+    reliability.add_argument(
+        "--requests", type=int, default=300, help="requests in the faulted bursts (default 300)"
+    )
+    reliability.add_argument(
+        "--drops", type=int, default=2, help="connection cuts on Postgres (default 2)"
+    )
+    reliability.add_argument(
+        "--outage-seconds", type=float, default=2.0, help="how long each cut lasts (default 2)"
+    )
+    _add_json(reliability)
+    reliability.set_defaults(run=_bench_reliability)
 
 
 def _add_bench_serve(bench_commands: Subcommands) -> None:
@@ -358,6 +379,21 @@ def _add_serve(commands: Subcommands) -> None:
         metavar="BYTES",
         help="larger request bodies get 413 (default 1 MiB)",
     )
+    serve.add_argument(
+        "--anchor-file",
+        type=Path,
+        metavar="FILE",
+        help="as the leader, keep a signed anchor of the log's head here (replaced atomically), "
+        "for `audit verify --anchor`; keep it where the database's writers cannot write",
+    )
+    serve.add_argument(
+        "--anchor-every",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="with --anchor-file: anchor this often (default 300), once elected and at stop",
+    )
+    _add_audit_key(serve, ed25519_help="with --anchor-file: sign with this Ed25519 private key")
     serve.set_defaults(run=_serve)
 
 
@@ -640,6 +676,22 @@ def _bench_placement(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_reliability(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.reliability import run_reliability_bench
+
+    report = run_reliability_bench(
+        args.url,
+        requests=args.requests,
+        connection_drops=args.drops,
+        outage_seconds=args.outage_seconds,
+    )
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0 if report.passed else 1
+
+
 def _bench_serve(args: argparse.Namespace) -> int:
     from fleetledger.adapters.benchmarks.serve import run_serve_bench
 
@@ -797,6 +849,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
         subnets = [_subnet(spec) for spec in args.subnet]
         pools = [_pool(spec) for spec in args.pool]
+        anchor_signer = _serve_anchor_signer(args)
     except (CloudNotConfigured, InvalidCommand, ValueError) as e:
         print(f"fleetledger: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -830,6 +883,9 @@ def _serve(args: argparse.Namespace) -> int:
             leadership=leadership,
             stop_timeout=args.grace_seconds,
         )
+        # Before the other capabilities start anything: an anchor file this key cannot verify
+        # stops the command here.
+        anchoring = _serve_anchoring(args, anchor_signer, store, leadership, clock)
         log.info(
             "serving machine requests",
             url=f"http://{args.host}:{args.port}",
@@ -841,6 +897,10 @@ def _serve(args: argparse.Namespace) -> int:
         capabilities = _capabilities(
             store, leadership, clock, runtime, subnets=subnets, pools=pools, cluster=args.cluster
         )
+        if anchoring is not None:
+            # First among the companions, so stopped last: its stop-time anchor follows the
+            # other runtimes' last appends, while this process still leads.
+            capabilities.runtimes.insert(0, anchoring)
         server = _GracefulServer(
             uvicorn.Config(
                 create_app(
@@ -863,6 +923,40 @@ def _serve(args: argparse.Namespace) -> int:
         store.close()
         choice.close()
     return 0
+
+
+def _serve_anchor_signer(args: argparse.Namespace) -> Any:
+    """The key ``serve`` signs anchors with, or None without ``--anchor-file``; ValueError
+    (AnchorError) for a key that is missing or unusable, before anything starts."""
+    from fleetledger.adapters.anchoring import checked_anchor_period
+    from fleetledger.eventstore.anchors import Ed25519Signer, hmac_key_from
+
+    if args.anchor_file is None:
+        if args.key_file is not None or args.ed25519_key is not None:
+            raise ValueError("--key-file and --ed25519-key sign anchors: give --anchor-file too")
+        return None
+    checked_anchor_period(args.anchor_every)
+    if args.ed25519_key is not None:
+        return Ed25519Signer(_audit_key_bytes(args.ed25519_key))
+    return hmac_key_from(args.key_file)
+
+
+def _serve_anchoring(
+    args: argparse.Namespace, signer: Any, store: Any, leadership: Any, clock: Any
+) -> Any:
+    """The recorder anchoring the log on the leader, or None without ``--anchor-file``."""
+    if signer is None:
+        return None
+    from fleetledger.adapters.anchoring import AnchorRecorder
+
+    return AnchorRecorder(
+        store,
+        signer,
+        args.anchor_file,
+        clock=clock,
+        every_seconds=args.anchor_every,
+        leadership=leadership,
+    )
 
 
 def _serve_bind(host: str, port: int) -> socket.socket:

@@ -18,8 +18,8 @@ hold. ``check_anchor`` together with ``EventStore.verify`` then also detects:
 
 Still not detected with an anchor: changes made *after* the newest anchor (rewrites of events
 beyond it, or a tail cut back to exactly the anchored head), and anything done by someone who holds
-the signing key and can replace the anchor file. Anchor often (the runtime can call
-``record_anchor`` periodically) and keep anchors where the database's writers cannot write.
+the signing key and can replace the anchor file. Anchor often (``fleetledger serve
+--anchor-file`` does, on the leader) and keep anchors where the database's writers cannot write.
 
 Two signatures: HMAC-SHA256 under a shared secret of at least 32 bytes (from a key file or
 ``FLEETLEDGER_AUDIT_KEY``), or Ed25519, so that verifiers need only the public key and cannot sign.
@@ -28,10 +28,12 @@ Two signatures: HMAC-SHA256 under a shared secret of at least 32 bytes (from a k
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,7 +42,12 @@ from typing import Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_pem_public_key
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    PublicFormat,
+    load_pem_private_key,
+    load_pem_public_key,
+)
 
 from fleetledger.eventstore._store import EventStore
 from fleetledger.eventstore.errors import EventStoreError
@@ -61,6 +68,8 @@ __all__ = [
     "make_anchor",
     "read_anchor",
     "record_anchor",
+    "signed_by",
+    "verifier_for",
 ]
 
 AUDIT_KEY_ENV = "FLEETLEDGER_AUDIT_KEY"
@@ -148,6 +157,16 @@ class Ed25519Verifier:
         except InvalidSignature:
             return False
         return True
+
+
+def verifier_for(signer: Signer) -> Verifier:
+    """What checks ``signer``'s anchors: the HMAC key itself, or the Ed25519 public key."""
+    if isinstance(signer, HmacKey):
+        return signer
+    if isinstance(signer, Ed25519Signer):
+        public = _private_key(signer.private_key_pem).public_key()
+        return Ed25519Verifier(public.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+    raise AnchorError(f"no verifier is known for {signer.algorithm} anchors")
 
 
 def _private_key(pem: bytes) -> Ed25519PrivateKey:
@@ -254,12 +273,17 @@ def _payload(position: int, hash: str, anchored_at: datetime, algorithm: str) ->
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
-def make_anchor(store: EventStore, signer: Signer, *, at: datetime) -> Anchor:
-    """Sign the log's current head. An empty log anchors position 0 (nothing to cut below)."""
-    head = store.head()
+def make_anchor(
+    store: EventStore, signer: Signer, *, at: datetime, position: int | None = None
+) -> Anchor:
+    """Sign the log's hash at ``position`` (default: the current head). An empty log anchors
+    position 0 (nothing to cut below)."""
+    head = store.head() if position is None else position
+    if head < 0:
+        raise AnchorError(f"cannot anchor position {head}: positions start at 1 (0: empty)")
     digest = _hash_at(store, head) if head else bytes(32).hex()
     if digest is None:
-        raise AnchorError(f"the head event {head} vanished while anchoring; try again")
+        raise AnchorError(f"the log holds no event at position {head} to anchor")
     signature = signer.sign(_payload(head, digest, at, signer.algorithm))
     return Anchor(
         position=head,
@@ -295,15 +319,7 @@ def check_anchor(store: EventStore, anchor: Anchor, verifier: Verifier) -> Ancho
     that verifies (``EventStore.verify``), which is what ``fleetledger audit verify`` runs.
     """
     head = store.head()
-    if anchor.algorithm != verifier.algorithm:
-        raise AnchorError(
-            f"the anchor is signed with {anchor.algorithm}; give a {anchor.algorithm} key"
-        )
-    try:
-        signature = base64.b64decode(anchor.signature, validate=True)
-    except ValueError as e:
-        raise AnchorError(f"the anchor's signature is not base64: {e}") from e
-    if not verifier.verify(anchor.payload(), signature):
+    if not signed_by(anchor, verifier):
         return AnchorCheck(
             ok=False,
             position=anchor.position,
@@ -333,6 +349,23 @@ def check_anchor(store: EventStore, anchor: Anchor, verifier: Verifier) -> Ancho
     return AnchorCheck(ok=True, position=anchor.position, head=head)
 
 
+def signed_by(anchor: Anchor, verifier: Verifier) -> bool:
+    """Whether ``anchor``'s signature verifies under ``verifier`` (nothing about the log).
+
+    Raises AnchorError when the verifier is of another algorithm than the anchor's, or the
+    signature is not base64: a usage error rather than a forgery.
+    """
+    if anchor.algorithm != verifier.algorithm:
+        raise AnchorError(
+            f"the anchor is signed with {anchor.algorithm}; give a {anchor.algorithm} key"
+        )
+    try:
+        signature = base64.b64decode(anchor.signature, validate=True)
+    except ValueError as e:
+        raise AnchorError(f"the anchor's signature is not base64: {e}") from e
+    return verifier.verify(anchor.payload(), signature)
+
+
 def read_anchor(path: Path) -> Anchor:
     try:
         text = path.read_text(encoding="utf-8")
@@ -341,18 +374,51 @@ def read_anchor(path: Path) -> Anchor:
     return Anchor.from_json(text)
 
 
-def record_anchor(store: EventStore, signer: Signer, path: Path, *, at: datetime) -> Anchor:
-    """Anchor the head into ``path``, replacing it atomically (a reader never sees half a file).
+def record_anchor(
+    store: EventStore, signer: Signer, path: Path, *, at: datetime, position: int | None = None
+) -> Anchor:
+    """Anchor the head into ``path``, replacing it atomically: a reader, or the file after a
+    crash, holds the previous anchor or this one, never half of one.
 
-    Meant to be called periodically by a long-running process; ``path`` should be somewhere the
-    database's writers cannot write (another host, a bucket with object lock), else whoever
+    ``fleetledger serve --anchor-file`` calls it periodically on the leader
+    (fleetledger/adapters/anchoring.py); ``path`` should be somewhere the database's writers
+    cannot write (another host, a bucket with object lock), else whoever
     rewrites the log can also rewrite the anchor.
     """
-    anchor = make_anchor(store, signer, at=at)
-    partial = path.with_name(f".{path.name}.partial")
+    anchor = make_anchor(store, signer, at=at, position=position)
     try:
-        partial.write_text(anchor.to_json() + "\n", encoding="utf-8")
-        os.replace(partial, path)
+        _replace_atomically(path, (anchor.to_json() + "\n").encode())
     except OSError as e:
         raise AnchorError(f"cannot write the anchor to {str(path)!r}: {e}") from e
     return anchor
+
+
+def _replace_atomically(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` so that ``path`` holds the old or the new file, whole.
+
+    The bytes go to a temporary file of a name no other writer uses (two processes anchoring
+    into one file must not write into each other's), are flushed to disk before the rename (else
+    after a crash the rename may be on disk and the bytes not: an empty anchor), and the
+    directory is flushed after it so that the rename itself survives the crash.
+    """
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = 0o644  # an anchor is no secret (its signature is): auditors read it
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "wb") as partial:
+            os.fchmod(partial.fileno(), mode)
+            partial.write(content)
+            partial.flush()
+            os.fsync(partial.fileno())
+        os.replace(name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

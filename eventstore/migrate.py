@@ -74,9 +74,9 @@ def downgrade(url: str | None = None, revision: str = BASE, *, drop_events: bool
     """Take the schema down to ``revision`` (``base`` drops every fleetledger table).
 
     Raises DowngradeRefused when going to ``base`` would drop a non-empty event log and
-    ``drop_events`` is false.
+    ``drop_events`` is false; MigrationFailed for a revision that is not named (``-1``).
     """
-    if revision == BASE and not drop_events:
+    if _drops_the_log(revision) and not drop_events:
         held = count_events(url)
         if held:
             raise DowngradeRefused(
@@ -89,6 +89,24 @@ def downgrade(url: str | None = None, revision: str = BASE, *, drop_events: bool
         raise MigrationFailed(f"cannot downgrade to {revision!r}: {_one_line(e)}") from e
     except sa.exc.OperationalError as e:
         raise StoreUnavailable(f"cannot migrate {_safe(url)}: {e.orig}") from e
+
+
+def _drops_the_log(revision: str) -> bool:
+    """Whether going down to ``revision`` leaves no fleetledger revision (drops the events).
+
+    Only names that resolve on their own are accepted: a relative one (``-3``) would need the
+    database's current revision to judge, and counting down past 0001 must not slip by unasked.
+    """
+    if revision == BASE:
+        return True
+    try:
+        target = ScriptDirectory.from_config(_config("sqlite:///unused.db")).get_revision(revision)
+    except CommandError as e:
+        raise MigrationFailed(
+            f"cannot downgrade to {revision!r}: {_one_line(e)}; give a revision id (e.g. 0002) "
+            "or 'base'"
+        ) from e
+    return target is None
 
 
 def count_events(url: str | None = None) -> int:

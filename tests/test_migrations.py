@@ -55,7 +55,9 @@ def functions(url: str) -> set[str]:
 
 
 def guard_refuses_update(url: str) -> bool:
-    """Whether Postgres refuses an UPDATE on events (the append-only trigger is in place)."""
+    """Whether the database refuses an UPDATE on events (the append-only triggers are in
+    place). The log must hold an event (row triggers fire on rows); without the triggers the
+    UPDATE goes through: call it last, on a log you are done with."""
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
@@ -74,7 +76,7 @@ class TestRevision:
 
 
 class TestUpgradeAndDowngrade:
-    def test_upgrade_from_empty(self, empty_url: str, backend: str) -> None:
+    def test_upgrade_from_empty(self, empty_url: str) -> None:
         """upgrade creates every table and records the head revision; the store opens."""
         assert migrate.current_revision(empty_url) is None
 
@@ -85,8 +87,7 @@ class TestUpgradeAndDowngrade:
         with open_store(empty_url) as store:
             store.append("vm-1", new_events(2))
             assert store.verify().ok
-        if backend == "postgres":
-            assert guard_refuses_update(empty_url)
+        assert guard_refuses_update(empty_url)
 
     def test_upgrade_twice_is_a_no_op(self, empty_url: str) -> None:
         """A second upgrade at head changes nothing and keeps the data."""
@@ -110,7 +111,7 @@ class TestUpgradeAndDowngrade:
         if backend == "postgres":
             assert not functions(empty_url)
 
-    def test_upgrade_again_after_downgrade(self, empty_url: str, backend: str) -> None:
+    def test_upgrade_again_after_downgrade(self, empty_url: str) -> None:
         """After a downgrade to base, upgrade brings back a working, empty log."""
         migrate.upgrade(empty_url)
         with open_store(empty_url) as store:
@@ -124,8 +125,7 @@ class TestUpgradeAndDowngrade:
             assert store.head() == 0
             store.append("vm-1", new_events(1), expected_version=0)
             assert store.verify().ok
-        if backend == "postgres":
-            assert guard_refuses_update(empty_url)
+        assert guard_refuses_update(empty_url)
 
     def test_open_store_refuses_a_database_at_base(self, empty_url: str) -> None:
         """A database downgraded to base is refused with SchemaOutOfDate naming the fix."""
@@ -152,6 +152,29 @@ class TestDestructiveDowngrades:
     def test_count_events_is_zero_before_any_table(self, empty_url: str) -> None:
         """An unmigrated database holds no events (and counting does not fail)."""
         assert migrate.count_events(empty_url) == 0
+
+    @pytest.mark.parametrize(
+        ("revision", "refusal", "reason"),
+        [
+            ("-3", MigrationFailed, "give a revision id"),
+            ("0003-3", MigrationFailed, "give a revision id"),
+            ("0001@base", DowngradeRefused, "holds 2 events"),
+        ],
+    )
+    def test_other_spellings_of_base_cannot_drop_events_unconfirmed(
+        self, empty_url: str, revision: str, refusal: type[Exception], reason: str
+    ) -> None:
+        """A relative revision is refused (judging it would need the current one); a branch
+        spelling of base is judged as base. Either way the log is left as it was."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(2))
+
+        with pytest.raises(refusal, match=reason):
+            migrate.downgrade(empty_url, revision)
+
+        assert migrate.current_revision(empty_url) == migrate.head_revision()
+        assert migrate.count_events(empty_url) == 2
 
     def test_an_unknown_revision_is_a_migration_error(self, empty_url: str) -> None:
         """Alembic's refusal comes out as MigrationFailed naming the revision."""
@@ -229,9 +252,9 @@ class TestFencingRevision:
         assert "events" in tables(empty_url)
         if backend == "postgres":
             assert functions(empty_url) == {"fleetledger_refuse_change"}
-            assert guard_refuses_update(empty_url)
         with pytest.raises(SchemaOutOfDate, match="fleetledger db upgrade"):
             open_store(empty_url)
+        assert guard_refuses_update(empty_url) == (backend == "postgres")
 
     def test_upgrade_starts_the_fence_at_the_highest_term_already_logged(
         self, empty_url: str
@@ -252,3 +275,61 @@ class TestFencingRevision:
             with pytest.raises(Fenced):
                 store.append("vm-1", fenced(6))
             store.append("vm-1", fenced(7))
+
+
+def sqlite_triggers(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'"
+            )
+            return {r[0] for r in rows}
+    finally:
+        engine.dispose()
+
+
+class TestAppendOnlyRevision:
+    def test_upgrade_guards_sqlite_like_postgres(self, empty_url: str, backend: str) -> None:
+        """At 0003 both backends refuse UPDATE on events; SQLite through its own triggers."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(1))  # row triggers fire only on rows
+
+        assert guard_refuses_update(empty_url)
+        if backend == "sqlite":
+            assert sqlite_triggers(empty_url) == {
+                "fleetledger_events_no_update",
+                "fleetledger_events_no_delete",
+            }
+
+    def test_downgrade_to_0002_lifts_only_the_sqlite_guard(
+        self, empty_url: str, backend: str
+    ) -> None:
+        """Going back to 0002 drops SQLite's triggers and nothing else: the events stay, no
+        confirmation is needed, Postgres keeps the guard it has had since 0001, and the store
+        asks for an upgrade."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(2))
+
+        migrate.downgrade(empty_url, "0002")
+
+        assert migrate.current_revision(empty_url) == "0002"
+        assert migrate.count_events(empty_url) == 2
+        with pytest.raises(SchemaOutOfDate, match="fleetledger db upgrade"):
+            open_store(empty_url)
+        assert guard_refuses_update(empty_url) == (backend == "postgres")
+
+    def test_upgrade_from_0002_guards_a_log_already_holding_events(self, empty_url: str) -> None:
+        """The triggers go onto an existing log: its events stay, verify, and are guarded."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(3))
+        migrate.downgrade(empty_url, "0002")
+
+        migrate.upgrade(empty_url)
+
+        with open_store(empty_url) as store:
+            assert (store.head(), store.verify().ok) == (3, True)
+        assert guard_refuses_update(empty_url)

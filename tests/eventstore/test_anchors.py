@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,27 +34,19 @@ from fleetledger.eventstore.anchors import (
     make_anchor,
     read_anchor,
     record_anchor,
+    verifier_for,
 )
-from tests.eventstore.support import new_events
+from tests.eventstore.support import bypassing_append_only_guard, new_events
 
 KEY = HmacKey(b"k" * 32)
 AT = datetime(2026, 11, 26, 6, 0, tzinfo=UTC)
 
 
-def bypassing_guard(store: EventStore, backend: str, statement: str) -> None:
-    """Run ``statement`` as a superuser who slips past the append-only trigger."""
-    with store.engine.begin() as conn:
-        if backend == "postgres":
-            conn.exec_driver_sql("SET LOCAL session_replication_role = replica")
-        conn.exec_driver_sql(statement)
-
-
 def rewrite_with_recomputed_hashes(store: EventStore, backend: str, position: int) -> None:
     """Change one event's data and recompute every hash from it to the head: a consistent
     forgery that the chain alone accepts."""
-    bypassing_guard(
-        store,
-        backend,
+    bypassing_append_only_guard(
+        store.engine,
         f"""UPDATE events SET data = '{{"n":999}}' WHERE global_position = {position}""",
     )
     backend_ = store._backend
@@ -73,9 +66,8 @@ def rewrite_with_recomputed_hashes(store: EventStore, backend: str, position: in
             metadata_text=row.metadata_text,
         )
         literal = f"X'{previous.hex()}'" if backend == "sqlite" else f"'\\x{previous.hex()}'"
-        bypassing_guard(
-            store,
-            backend,
+        bypassing_append_only_guard(
+            store.engine,
             f"UPDATE events SET hash = {literal} WHERE global_position = {row.global_position}",
         )
 
@@ -107,13 +99,33 @@ class TestIntactLog:
         assert anchor.position == 0 and check_anchor(store, anchor, KEY).ok
 
 
+class TestPositions:
+    def test_an_earlier_position_can_be_anchored(self, store: EventStore) -> None:
+        """``position`` anchors that event's hash rather than the head's."""
+        store.append("vm-1", new_events(5))
+
+        anchor = make_anchor(store, KEY, at=AT, position=3)
+
+        assert (anchor.position, anchor.hash) == (3, store.read_all(after=2, limit=1)[0].hash)
+        assert check_anchor(store, anchor, KEY).ok
+
+    def test_a_position_the_log_does_not_hold_is_refused(self, store: EventStore) -> None:
+        """Anchoring past the head (or below 0) is an AnchorError, not an anchor of nothing."""
+        store.append("vm-1", new_events(2))
+
+        with pytest.raises(AnchorError, match="no event at position 3"):
+            make_anchor(store, KEY, at=AT, position=3)
+        with pytest.raises(AnchorError, match="positions start at 1"):
+            make_anchor(store, KEY, at=AT, position=-1)
+
+
 class TestTamperingTheChainCannotSee:
-    def test_a_deleted_tail_is_truncation(self, store: EventStore, backend: str) -> None:
+    def test_a_deleted_tail_is_truncation(self, store: EventStore) -> None:
         """Deleting the last events leaves a valid chain, but not the anchored head."""
         store.append("vm-1", new_events(6))
         anchor = make_anchor(store, KEY, at=AT)
 
-        bypassing_guard(store, backend, "DELETE FROM events WHERE global_position > 4")
+        bypassing_append_only_guard(store.engine, "DELETE FROM events WHERE global_position > 4")
 
         assert store.verify().ok
         check = check_anchor(store, anchor, KEY)
@@ -185,6 +197,17 @@ class TestEd25519:
         assert check_anchor(sqlite_store, anchor, Ed25519Verifier(public)).ok
         assert not check_anchor(sqlite_store, anchor, Ed25519Verifier(ed25519_pair()[1])).ok
 
+    def test_the_verifier_for_a_signer_checks_its_anchors(self, sqlite_store: EventStore) -> None:
+        """verifier_for derives the public key from an Ed25519 signer (and is the key itself
+        for HMAC), so the signing side can check what it signed before."""
+        private, public = ed25519_pair()
+        signer = Ed25519Signer(private)
+        anchor = make_anchor(sqlite_store, signer, at=AT)
+
+        assert verifier_for(signer) == Ed25519Verifier(public)
+        assert check_anchor(sqlite_store, anchor, verifier_for(signer)).ok
+        assert verifier_for(KEY) is KEY
+
     def test_a_non_ed25519_key_is_refused(self) -> None:
         """Garbage in the key file is an AnchorError, not a traceback from the library."""
         with pytest.raises(AnchorError, match="Ed25519"):
@@ -233,6 +256,42 @@ class TestFiles:
         assert read_anchor(path) == recorded
         assert check_anchor(sqlite_store, read_anchor(path), KEY).ok
         assert not list(tmp_path.glob(".*partial"))
+
+    def test_a_failed_replace_keeps_the_previous_anchor_whole(
+        self, sqlite_store: EventStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """If the new anchor cannot be put in place, the file still holds the previous one,
+        and no temporary file is left behind."""
+        sqlite_store.append("vm-1", new_events(2))
+        (tmp_path / "anchors").mkdir()
+        path = tmp_path / "anchors" / "anchor.json"
+        previous = record_anchor(sqlite_store, KEY, path, at=AT)
+        sqlite_store.append("vm-1", new_events(2, start=2))
+
+        def crash(source: object, target: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "replace", crash)
+        with pytest.raises(AnchorError, match="No space left"):
+            record_anchor(sqlite_store, KEY, path, at=AT)
+        monkeypatch.undo()
+
+        assert read_anchor(path) == previous
+        assert [p.name for p in path.parent.iterdir()] == ["anchor.json"]
+
+    def test_a_replaced_anchor_keeps_the_files_mode(
+        self, sqlite_store: EventStore, tmp_path: Path
+    ) -> None:
+        """Replacing an anchor keeps the permissions its owner gave the file; a new file is
+        readable by auditors (an anchor is no secret)."""
+        path = tmp_path / "anchor.json"
+        record_anchor(sqlite_store, KEY, path, at=AT)
+        assert path.stat().st_mode & 0o777 == 0o644
+        path.chmod(0o640)
+
+        record_anchor(sqlite_store, KEY, path, at=AT)
+
+        assert path.stat().st_mode & 0o777 == 0o640
 
     def test_a_file_that_is_not_an_anchor_is_refused(self, tmp_path: Path) -> None:
         """A JSON file of another shape is an AnchorError saying it is not an anchor."""

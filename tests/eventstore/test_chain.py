@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from fleetledger.eventstore import EventStore, InvalidEvent, NewEvent, VerifyReport
-from tests.eventstore.support import new_events
+from tests.eventstore.support import bypassing_append_only_guard, new_events
 
 TRIGGER = "fleetledger_events_append_only"
 
@@ -70,12 +70,19 @@ def tamper(store: EventStore, statement: str) -> None:
         conn.exec_driver_sql(statement)
 
 
+def tamper_file(store: EventStore, statement: str) -> None:
+    """Edit the SQLite log as whoever holds the file would: past its append-only triggers."""
+    bypassing_append_only_guard(store.engine, statement)
+
+
 class TestTamperingOnSqlite:
     def test_changed_data_is_found_at_its_position(self, sqlite_store: EventStore) -> None:
         """Rewriting one event's data makes verify fail at exactly that position."""
         fill(sqlite_store)
 
-        tamper(sqlite_store, """UPDATE events SET data = '{"n":99}' WHERE global_position = 5""")
+        tamper_file(
+            sqlite_store, """UPDATE events SET data = '{"n":99}' WHERE global_position = 5"""
+        )
 
         report = sqlite_store.verify()
         assert (report.ok, report.first_bad_position, report.checked) == (False, 5, 4)
@@ -85,11 +92,11 @@ class TestTamperingOnSqlite:
         """With several tampered events verify reports the earliest one."""
         fill(sqlite_store)
 
-        tamper(
+        tamper_file(
             sqlite_store,
             """UPDATE events SET metadata = '{"actor":"eve"}' WHERE global_position = 6""",
         )
-        tamper(sqlite_store, "UPDATE events SET type = 'Forged' WHERE global_position = 3")
+        tamper_file(sqlite_store, "UPDATE events SET type = 'Forged' WHERE global_position = 3")
 
         assert sqlite_store.verify().first_bad_position == 3
 
@@ -97,7 +104,7 @@ class TestTamperingOnSqlite:
         """verify(after=k) only judges events after k."""
         fill(sqlite_store)
 
-        tamper(sqlite_store, "UPDATE events SET stream_version = 9 WHERE global_position = 2")
+        tamper_file(sqlite_store, "UPDATE events SET stream_version = 9 WHERE global_position = 2")
 
         assert sqlite_store.verify().first_bad_position == 2
         assert sqlite_store.verify(after=2).ok
@@ -106,7 +113,7 @@ class TestTamperingOnSqlite:
         """A hole in the positions fails verify at the missing position."""
         fill(sqlite_store)
 
-        tamper(sqlite_store, "DELETE FROM events WHERE global_position = 4")
+        tamper_file(sqlite_store, "DELETE FROM events WHERE global_position = 4")
 
         report = sqlite_store.verify()
         assert (report.ok, report.first_bad_position, report.checked) == (False, 4, 3)
@@ -115,7 +122,7 @@ class TestTamperingOnSqlite:
         """Replacing a stored hash breaks the chain at that event."""
         fill(sqlite_store)
 
-        tamper(sqlite_store, "UPDATE events SET hash = zeroblob(32) WHERE global_position = 7")
+        tamper_file(sqlite_store, "UPDATE events SET hash = zeroblob(32) WHERE global_position = 7")
 
         assert sqlite_store.verify().first_bad_position == 7
 
