@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from fleetledger.domain import batch_job, ipam, scheduling, testbed
+from fleetledger.domain import batch_job, ipam, scheduling, testbed, workloads
 from fleetledger.domain.grouper import BatchOutcomesRecorded, BatchSealed, MachineRequested
 from fleetledger.domain.leadership import LeaderElected
 from fleetledger.domain.machine_batch import (
@@ -461,3 +461,9 @@ _register(ipam.PoolResized, "ipam.PoolResized", 1)
 _register(ipam.IpsRequested, "ipam.IpsRequested", 1)
 _register(ipam.IpsAllocated, "ipam.IpsAllocated", 1)
 _register(ipam.IpsReleased, "ipam.IpsReleased", 1)
+# Workloads acknowledged for placement (PRODUCT.md §4.2): one stream per workload.
+_register(workloads.WorkloadSubmitted, "placement.WorkloadSubmitted", 1)
+_register(workloads.WorkloadPlaced, "placement.WorkloadPlaced", 1)
+_register(workloads.WorkloadWaiting, "placement.WorkloadWaiting", 1)
+_register(workloads.WorkloadRejected, "placement.WorkloadRejected", 1)
+_register(workloads.WorkloadReleased, "placement.WorkloadReleased", 1)

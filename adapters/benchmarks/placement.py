@@ -12,8 +12,17 @@ Two figures, both in placements per second:
     The same batches through :class:`~fleetledger.adapters.placement.PlacementService` on the
     database at ``url``: snapshot from the hosted node streams, plan, the node aggregate's
     decisions, one ``append_many`` per batch (one reservation event per touched node stream,
-    carrying all the workloads placed on it). Wall clock over
-    all batches. Target: 5,000/s on Postgres.
+    carrying all the workloads placed on it, beside one event per waiting or rejected
+    workload). Wall clock over all batches. Target: 5,000/s on Postgres.
+``recorded``
+    The same again (new workloads on the same nodes) with ``record_placements``: each
+    placement also a ``WorkloadPlaced`` on its workload's stream, as several controllers on
+    one log run. No target of its own.
+``accepted``
+    Before its batch, each batch's workloads are accepted as a submission is: one
+    ``append_many`` recording a ``WorkloadSubmitted`` per workload on its own stream. Timed
+    apart (workloads accepted per second), and with the batches (``with_acceptance``: what a
+    workload costs from its submission to its placement). No target of its own.
 
 The nodes are joined first (not timed) under a fresh name prefix, so runs can share a database.
 """
@@ -33,7 +42,7 @@ from functools import partial
 
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.nodes import DEFAULT_NODE_CONFIG, NodeService
-from fleetledger.adapters.placement import PlacementService
+from fleetledger.adapters.placement import BatchReport, PlacementService
 from fleetledger.domain.nodes import JoinNode, NodeCommand
 from fleetledger.domain.placement import Pool, Snapshot, Worker, WorkloadRequest, plan
 from fleetledger.domain.template import MachineTemplate
@@ -68,10 +77,22 @@ class PlacementBenchReport:
     planning_median_per_second: float
     end_to_end_per_second: float
     end_to_end_seconds: float
+    recorded_per_second: float
+    accept_seconds: float
     placed: int
+    accepted: int
     appends_per_batch: float
     snapshot_reads_per_batch: float
     conflicts: int
+
+    @property
+    def accepted_per_second(self) -> float:
+        return self.accepted / self.accept_seconds if self.accept_seconds > 0 else math.inf
+
+    @property
+    def with_acceptance_per_second(self) -> float:
+        total = self.accept_seconds + self.end_to_end_seconds
+        return self.placed / total if total > 0 else math.inf
 
     @property
     def meets_targets(self) -> bool:
@@ -97,12 +118,19 @@ class PlacementBenchReport:
             "end_to_end": {
                 "placements_per_second": round(self.end_to_end_per_second, 1),
                 "seconds": round(self.end_to_end_seconds, 4),
+                "recorded_placements_per_second": round(self.recorded_per_second, 1),
                 "placed": self.placed,
                 "appends_per_batch": round(self.appends_per_batch, 3),
                 "snapshot_reads_per_batch": round(self.snapshot_reads_per_batch, 3),
                 "conflicts": self.conflicts,
                 "target_per_second": TARGET_END_TO_END_PER_SECOND,
                 "meets_target": self.end_to_end_per_second >= TARGET_END_TO_END_PER_SECOND,
+            },
+            "accepted": {
+                "workloads": self.accepted,
+                "per_second": round(self.accepted_per_second, 1),
+                "seconds": round(self.accept_seconds, 4),
+                "with_acceptance_placements_per_second": round(self.with_acceptance_per_second, 1),
             },
         }
 
@@ -119,6 +147,11 @@ class PlacementBenchReport:
                 f"(target {TARGET_END_TO_END_PER_SECOND:,}); {self.placed} placed, "
                 f"{self.appends_per_batch:.2f} appends and {self.snapshot_reads_per_batch:.2f} "
                 f"snapshots per batch, {self.conflicts} conflicts",
+                f"  recorded:         {self.recorded_per_second:>10,.0f} placements/s end to "
+                "end with each placement also on its workload's stream (several controllers)",
+                f"  accepted:         {self.accepted_per_second:>10,.0f} workloads/s "
+                f"({self.accepted} in the log before their batch); with acceptance "
+                f"{self.with_acceptance_per_second:,.0f} placements/s",
             ]
         )
 
@@ -161,11 +194,16 @@ def run_placement_bench(
             service.execute(name, partial(_join, name), cause="bench")
         placer = PlacementService(store, service, [pool], clock=clock)
         say(f"placing {batches} batches end to end")
-        started = time.perf_counter()
-        reports = [placer.place_batch(requests) for requests in work]
-        seconds = time.perf_counter() - started
-    placed = sum(r.placed for r in reports)
-    say(f"  end to end: {placed / seconds:,.0f} placements/s")
+        reports, accepted, accepting, seconds = _place_all(placer, work)
+        placed = sum(r.placed for r in reports)
+        say(f"  end to end: {placed / seconds:,.0f} placements/s")
+        for name in service.hosted():
+            service.stream(name).load()  # what the first placer appended, before the clock
+        recorder = PlacementService(store, service, [pool], clock=clock, record_placements=True)
+        again = _batches(random.Random(seed), f"{prefix}r", batch, batches)
+        say(f"placing {batches} batches again, each placement recorded on its workload too")
+        recorded, _, _, recorded_seconds = _place_all(recorder, again)
+        recorded_placed = sum(r.placed for r in recorded)
     return PlacementBenchReport(
         url_scheme=url.split(":", 1)[0],
         nodes=nodes,
@@ -176,11 +214,33 @@ def run_placement_bench(
         planning_median_per_second=total / median if median > 0 else math.inf,
         end_to_end_per_second=placed / seconds if seconds > 0 else math.inf,
         end_to_end_seconds=seconds,
+        recorded_per_second=(
+            recorded_placed / recorded_seconds if recorded_seconds > 0 else math.inf
+        ),
+        accept_seconds=accepting,
         placed=placed,
+        accepted=accepted,
         appends_per_batch=sum(r.appends for r in reports) / len(reports),
         snapshot_reads_per_batch=sum(r.snapshot_reads for r in reports) / len(reports),
         conflicts=sum(r.conflicts for r in reports),
     )
+
+
+def _place_all(
+    placer: PlacementService, work: list[list[WorkloadRequest]]
+) -> tuple[list[BatchReport], int, float, float]:
+    """Each batch accepted, then placed: the reports, how many were accepted, and the seconds
+    spent accepting and placing."""
+    reports = []
+    accepted, accepting, placing = 0, 0.0, 0.0
+    for requests in work:
+        began = time.perf_counter()
+        accepted += len(placer.accept(requests))
+        accepted_at = time.perf_counter()
+        reports.append(placer.place_batch(requests))
+        accepting += accepted_at - began
+        placing += time.perf_counter() - accepted_at
+    return reports, accepted, accepting, placing
 
 
 def _batches(

@@ -4,7 +4,10 @@
 ``POST /v1/workloads``                     one workload or ``{"workloads": [...]}``: each
                                            ``{id?, cpu_milli, memory_bytes, gpu, gpu_types,
                                            selector, preemptible, priority}`` → ``202`` with
-                                           ``{"ids": [...]}`` (queued for the next batch)
+                                           ``{"ids": [...]}`` once they are in the log (queued
+                                           for the next batch; a restart keeps them). An id
+                                           sent again with the same request is answered by
+                                           the first
 ``GET /v1/workloads/{id}[?wait=SECONDS]``  ``{id, state, node, worker, reason}``: ``placed`` on
                                            ``node``, ``pending-provisioning`` for ``worker``,
                                            ``rejected`` with ``reason``, ``queued`` or
@@ -15,7 +18,8 @@
 =========================================  =====================================================
 
 Errors, each with ``{"detail": …}``: ``400`` for a malformed workload, ``404`` for an unknown
-id, ``503`` (with ``Retry-After``) while the log is unreachable or the runtime is stopped;
+id, ``409`` for an id already submitted with a different request (nothing of that submission is
+recorded), ``503`` (with ``Retry-After``) while the log is unreachable or the runtime is stopped;
 bodies that do not validate get FastAPI's ``422``.
 """
 
@@ -35,6 +39,7 @@ from fleetledger.adapters.placement import (
     PlacementRuntime,
     RuntimeStopped,
     UnknownWorkload,
+    WorkloadConflict,
     WorkloadStatus,
 )
 from fleetledger.domain.placement import WorkloadRequest
@@ -129,6 +134,8 @@ def _refused(error: PlacementError) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=400)
     if isinstance(error, UnknownWorkload):
         return JSONResponse({"detail": str(error)}, status_code=404)
+    if isinstance(error, WorkloadConflict):
+        return JSONResponse({"detail": str(error)}, status_code=409)
     if isinstance(error, LogUnavailable | RuntimeStopped):
         return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": "1"})
     return JSONResponse({"detail": str(error)}, status_code=409)

@@ -2,8 +2,9 @@
 
 :class:`Collector` gathers requests into batches; :class:`PlacementService` plans each batch on
 one snapshot with :func:`fleetledger.domain.placement.plan` and commits it in one multi-stream
-append (each workload a reservation event on its ``node-<name>`` stream), sending overflow to the
-Grouper as machine requests; :class:`PlacementRuntime` runs them.
+append (each node's reservations one event on its ``node-<name>`` stream, each waiting or
+rejected workload one event on its ``workload-<id>`` stream), sending overflow to the Grouper as
+machine requests; :class:`PlacementRuntime` runs them and rebuilds them from the log at start.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .errors import (
     PlacementError,
     RuntimeStopped,
     UnknownWorkload,
+    WorkloadConflict,
 )
 from .runtime import PlacementRuntime
 from .service import (
@@ -37,6 +39,7 @@ __all__ = [
     "PlacementService",
     "RuntimeStopped",
     "UnknownWorkload",
+    "WorkloadConflict",
     "WorkloadState",
     "WorkloadStatus",
     "pool_by_prefix",

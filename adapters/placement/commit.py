@@ -18,7 +18,7 @@ from fleetledger.domain.errors import Rejected
 from fleetledger.domain.nodes import NodeEvent, NodeState, OtherPodSpec, ReservePod, ReservePods
 from fleetledger.eventstore import StreamAppend
 
-__all__ = ["NodeBatch", "node_appends"]
+__all__ = ["NodeBatch", "node_append", "node_appends"]
 
 
 @dataclass(slots=True)
@@ -32,6 +32,11 @@ class NodeBatch:
 
     def extend(self, commands: Sequence[ReservePod]) -> None:
         self.commands.extend(commands)
+        self._decided = None
+
+    def without(self, pod: str) -> None:
+        """Take ``pod``'s command out (its placement is no longer this batch's to make)."""
+        self.commands = [c for c in self.commands if c.spec.name != pod]
         self._decided = None
 
     def decided(self) -> tuple[list[NodeEvent], list[str], NodeState]:
@@ -65,21 +70,35 @@ class NodeBatch:
 def node_appends(touched: Mapping[str, NodeBatch], writer: Writer) -> list[StreamAppend]:
     """One append per touched node stream, expected version = the version planned on; with the
     leader term on every event while the writer leads."""
-    appends = []
     term = writer.fencing.term()
-    labels = dict(writer.labels)
+    appends = []
     for node in sorted(touched):
         batch = touched[node]
         events, causes, _ = batch.decided()
-        stream_id = nodes.stream_id(node)
-        records = NODE_CODEC.encode(
-            stream_id,
-            batch.version + 1,
-            events,
-            causation_ids=causes,
-            actor=writer.actor,
-            labels=labels,
-            leader_terms=[term] * len(events) if term is not None else None,
-        )
-        appends.append(StreamAppend(stream_id, records, expected_version=batch.version))
+        if not events:
+            continue  # every pod planned is on the node already (a retried batch)
+        appends.append(node_append(node, batch.version, events, causes, writer=writer, term=term))
     return appends
+
+
+def node_append(
+    node: str,
+    version: int,
+    events: Sequence[NodeEvent],
+    causes: Sequence[str],
+    *,
+    writer: Writer,
+    term: int | None = None,
+) -> StreamAppend:
+    """``events`` decided on ``node`` at stream ``version``, as the append that expects it."""
+    stream_id = nodes.stream_id(node)
+    records = NODE_CODEC.encode(
+        stream_id,
+        version + 1,
+        events,
+        causation_ids=causes,
+        actor=writer.actor,
+        labels=dict(writer.labels),
+        leader_terms=[term] * len(events) if term is not None else None,
+    )
+    return StreamAppend(stream_id, records, expected_version=version)

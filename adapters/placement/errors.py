@@ -5,6 +5,7 @@ Exception tree::
     PlacementError          base of everything ``adapters.placement`` raises
      ├── InvalidWorkload    a workload request cannot be read as given (400)
      ├── UnknownWorkload    no workload by that id is known (404)
+     ├── WorkloadConflict   the id was already submitted with a different request (409)
      ├── LogUnavailable     the event log is unreachable; send it again (503)
      └── RuntimeStopped     the runtime is not running, or no longer leads (503)
 
@@ -19,6 +20,7 @@ __all__ = [
     "PlacementError",
     "RuntimeStopped",
     "UnknownWorkload",
+    "WorkloadConflict",
 ]
 
 
@@ -40,3 +42,8 @@ class LogUnavailable(PlacementError):
 
 class RuntimeStopped(PlacementError):
     """The placement runtime is stopped, or this process no longer leads."""
+
+
+class WorkloadConflict(PlacementError):
+    """A workload id was already submitted with a different request; nothing was recorded.
+    Send it under a new id, or release the first one."""

@@ -7,11 +7,15 @@
         [wid] = runtime.submit([WorkloadRequest(id="w-1", cpu_milli=500, memory_bytes=GIB)])
         print(runtime.wait(wid, timeout=1.0))       # placed on a node, waiting, or rejected
 
-Any process may place: every reservation is appended with the node stream's expected version,
-so two placers can never overbook a node, they only conflict and re-plan. With a
+Every workload accepted is in the log before ``submit`` returns, and ``start`` rebuilds the
+queue, the workers awaited and the answers from it, so a restart loses nothing acknowledged
+(:mod:`.service`). Any process may place: every reservation is appended with the node stream's
+expected version, so two placers can never overbook a node, they only conflict and re-plan. With a
 ``leadership`` (run by the caller) appends made while leading carry the leader term and a
-deposed leader's appends are refused. ``threads=False`` wires the same without a thread: tests
-and the simulator call :meth:`step`.
+deposed leader's appends are refused, and placements are recorded on the workloads' streams too
+(``record_placements``, on unless told otherwise), so two controllers never place one workload
+twice. ``threads=False`` wires the same without a thread: tests and the simulator call
+:meth:`step`.
 """
 
 from __future__ import annotations
@@ -58,9 +62,14 @@ class PlacementRuntime:
         actor: str = "fleetledger",
         retry: RetryPolicy | None = None,
         join_poll_seconds: float = 0.5,
+        record_placements: bool | None = None,
     ) -> None:
         if join_poll_seconds <= 0:
             raise ValueError(f"join_poll_seconds must be positive, got {join_poll_seconds}")
+        if record_placements is None:
+            # Several controllers share the log when there is a leadership: each may recover
+            # the same workloads, so placements are guarded on the workloads' own streams.
+            record_placements = leadership is not None
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.collector = Collector(max_batch=max_batch, window_seconds=window_seconds)
         writer = Writer(
@@ -78,11 +87,13 @@ class PlacementRuntime:
             writer=writer,
             retry=retry,
             max_conflict_retries=max_conflict_retries,
+            record_placements=record_placements,
         )
         self.service.requeue = lambda requests: self.collector.put(requests, first=True)
         self._threads = threads
         self._join_poll = join_poll_seconds
         self._running = False
+        self._recovered = False
         self._thread: threading.Thread | None = None
         self.reports: list[BatchReport] = []
 
@@ -91,13 +102,17 @@ class PlacementRuntime:
         return self._running
 
     def start(self) -> PlacementRuntime:
-        """Host every logged node (the snapshot's nodes), then start batching (a thread unless
-        ``threads=False``)."""
+        """Host every logged node (the snapshot's nodes), rebuild the workloads from the log
+        (the first time: queued ones go back in the queue, waiting ones onto their workers,
+        answers stay answered), then start batching (a thread unless ``threads=False``)."""
         if self._running:
             return self
         nodes_service = self.service.nodes_service
         for node in nodes_service.logged_nodes():
             nodes_service.stream(node)
+        if not self._recovered:
+            self.collector.put(self.service.recover())
+            self._recovered = True
         self._running = True
         if self._threads:
             self._thread = threading.Thread(
@@ -127,9 +142,11 @@ class PlacementRuntime:
     # -- requests ----------------------------------------------------------------------------
 
     def submit(self, requests: Sequence[WorkloadRequest]) -> tuple[str, ...]:
-        """Queue ``requests`` for placement; their ids. A workload already queued, waiting or
-        placed is not queued again. :class:`InvalidWorkload` names the first malformed one
-        (nothing is queued then)."""
+        """Record ``requests`` in the log and queue them for placement; their ids. A workload
+        already queued, waiting or placed with the same request is not queued again;
+        :class:`WorkloadConflict` if one was submitted with a different request,
+        :class:`InvalidWorkload` naming the first malformed one (nothing is recorded or queued
+        then)."""
         if not self._running:
             raise RuntimeStopped("the placement runtime is not running; start() it first")
         if not requests:

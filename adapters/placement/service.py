@@ -18,15 +18,46 @@
    workloads wait for them; once a node of that name has joined, a batch places them on it
    before anything else.
 
-Placements are facts in the node streams (the pod is the workload id), so :meth:`status` finds
-a placed workload after a restart. Waiting and rejected workloads are kept in memory only.
+Nothing acknowledged lives only in memory. Every workload has a ``workload-<id>`` stream
+(:mod:`fleetledger.domain.workloads`):
+
+* :meth:`PlacementService.accept` appends one ``WorkloadSubmitted`` per new workload, all of a
+  submission in one ``append_many``, before the caller is answered. The same request sent again
+  under its id is answered by the first (nothing appended); a different one is refused whole
+  with :class:`~.errors.WorkloadConflict`; a rejected or released workload may be sent again;
+* a batch records its waiting (``WorkloadWaiting``: the worker and its pool) and rejected
+  (``WorkloadRejected``: the reason) outcomes in the very ``append_many`` that carries its node
+  reservations (step 3), one event per affected workload stream beside one per touched node,
+  with expected versions. If that append fails for good, nothing of the batch is answered:
+  every workload of it goes back to the queue and the book of pending workers is as it was
+  before the batch;
+* a placement is the node's reservation (the pod is the workload id). With
+  ``record_placements`` it is also a ``WorkloadPlaced`` on the workload's stream in that same
+  append: a second process that recovered the same workload and places it too then conflicts
+  on that stream, finds it placed (or released) and takes it out of its batch, so a workload is
+  never reserved on two nodes. It costs an event per placed workload where the node's
+  reservation carries all of a node's workloads in one, so it is off for a lone placer (the
+  runtime turns it on with a ``leadership``: several controllers on one log);
+* :meth:`~PlacementService.release` records ``WorkloadReleased``; for a placed workload in the
+  same ``append_many`` as its node's ``PodDeleted``.
+
+:meth:`~PlacementService.recover` (run by ``PlacementRuntime.start``) folds every workload stream
+back: placed → nothing to do; submitted and on no node → queued again; waiting → its pending
+worker, with the capacity its waiting workloads take, is in the book again (and its machine
+request is sent again: the request id makes that a repeat for the Grouper, never a second
+machine); rejected and released → their answers.
+
+Several processes may place on one log: node reservations conflict on expected versions, so a
+node is never overbooked; with ``record_placements`` neither is a workload placed twice.
+Without it, a process that restarts while another still holds the same workloads queued or
+waiting may place them a second time.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal, Protocol
@@ -35,13 +66,13 @@ import structlog
 
 from fleetledger.adapters.clock import Clock
 from fleetledger.adapters.machines import MachineRequest
-from fleetledger.adapters.nodes import LogUnavailable as NodesUnavailable
-from fleetledger.adapters.nodes import NodesError, NodeService, node_of_stream
+from fleetledger.adapters.nodes import NodeService, node_of_stream
 from fleetledger.adapters.runtime import LogUnavailable as HostUnavailable
 from fleetledger.adapters.runtime import RetryPolicy, Writer, append_decision
+from fleetledger.domain import nodes, workloads
+from fleetledger.domain.errors import Rejected
 from fleetledger.domain.nodes import DeletePod, NodeState
 from fleetledger.domain.placement import (
-    NewWorker,
     PendingWorker,
     PlacementPlan,
     Pool,
@@ -52,16 +83,36 @@ from fleetledger.domain.placement import (
     plan,
     worker_of,
 )
+from fleetledger.domain.workloads import (
+    RecordPlacement,
+    RecordRejection,
+    RecordWaiting,
+    ReleaseWorkload,
+    SubmitWorkload,
+    Workload,
+    WorkloadCommand,
+)
 from fleetledger.eventstore import (
+    AppendResult,
     EventStore,
     Fenced,
+    InvalidEvent,
     StoreUnavailable,
+    StreamAppend,
     WrongExpectedVersion,
 )
 
-from .commit import NodeBatch, node_appends
-from .errors import LogUnavailable, PlacementError, RuntimeStopped, UnknownWorkload
+from .commit import NodeBatch, node_append, node_appends
+from .errors import (
+    InvalidWorkload,
+    LogUnavailable,
+    PlacementError,
+    RuntimeStopped,
+    UnknownWorkload,
+    WorkloadConflict,
+)
 from .waiting import WaitingBook
+from .workloads import WorkloadLedger, read_workload, read_workloads
 
 __all__ = [
     "BatchReport",
@@ -130,10 +181,16 @@ class _Run:
     at: datetime
     by_id: dict[str, WorkloadRequest]
     result: PlacementPlan
+    book: WaitingBook
     placed: dict[str, str] = field(default_factory=dict)
     touched: dict[str, NodeBatch] = field(default_factory=dict)
-    provisions: list[NewWorker] = field(default_factory=list)
+    provisions: list[tuple[str, str]] = field(default_factory=list)
+    pools: dict[str, str] = field(default_factory=dict)
     requeued: list[WorkloadRequest] = field(default_factory=list)
+    # Placements the workload's stream refused: the log's answer stands for them.
+    dropped: list[str] = field(default_factory=list)
+    # The workload streams the append carries: their state once it lands, and the version.
+    recorded: dict[str, tuple[int, Workload]] = field(default_factory=dict)
     reads: int = 1
     appends: int = 0
     conflicts: int = 0
@@ -142,7 +199,8 @@ class _Run:
 
 class PlacementService:
     """Plans and commits batches of workload requests; ``place_batch`` is serialised, the rest
-    is thread-safe."""
+    is thread-safe. ``record_placements`` writes each placement on the workload's stream too
+    (see the module docstring): needed when several processes may place on the log."""
 
     def __init__(
         self,
@@ -156,6 +214,7 @@ class PlacementService:
         writer: Writer | None = None,
         retry: RetryPolicy | None = None,
         max_conflict_retries: int = 5,
+        record_placements: bool = False,
     ) -> None:
         if not pools:
             raise ValueError("give at least one Pool: workers are placed by their pool")
@@ -172,6 +231,7 @@ class PlacementService:
         self._writer = writer or Writer(actor="fleetledger", labels=(("capability", "placement"),))
         self._retry = retry or RetryPolicy()
         self._max_retries = max_conflict_retries
+        self._record_placements = record_placements
         self._batch_lock = threading.Lock()
         self._lock = threading.Condition()
         self._known: dict[str, tuple[int, NodeState]] = {}
@@ -181,6 +241,7 @@ class PlacementService:
         self._statuses: dict[str, WorkloadStatus] = {}
         self._requests: dict[str, WorkloadRequest] = {}
         self._waiting = WaitingBook(pools)
+        self._ledger = WorkloadLedger()
         self.requeue: Callable[[Sequence[WorkloadRequest]], None] | None = None
 
     @property
@@ -239,22 +300,140 @@ class PlacementService:
     # -- requests ----------------------------------------------------------------------------
 
     def accept(self, requests: Sequence[WorkloadRequest]) -> list[WorkloadRequest]:
-        """Record ``requests`` as queued; the ones to queue. A workload already queued, waiting
-        or placed is not taken twice (a re-sent request is answered by the first); a rejected
-        or released one may be sent again."""
-        fresh: list[WorkloadRequest] = []
+        """Record ``requests`` as submitted, in one append; the ones to queue.
+
+        A workload already submitted (queued, waiting or placed) with the same request is not
+        taken twice: the first submission answers it. One submitted with a different request
+        refuses the whole call with :class:`WorkloadConflict`, as does an id given twice with
+        different requests; nothing is appended then. A rejected or released workload may be
+        sent again. Raises :class:`LogUnavailable` when the log cannot record them (nothing is
+        queued: send them again).
+        """
+        unique = _unique(requests)
+        for _ in range(self._retry.conflict_attempts):
+            at = self._clock.now()
+            with self._lock:
+                decided, decided_events = self._submissions(unique, at)
+                appends = [
+                    self._ledger.append_for(rid, events, writer=self._writer, cause=f"submit:{rid}")
+                    for rid, events in decided_events.items()
+                ]
+            if not appends:
+                return []
+            try:
+                self._append(appends)
+            except WrongExpectedVersion as e:
+                self._reload(e)
+                continue
+            except InvalidEvent as e:
+                raise InvalidWorkload(
+                    f"a workload id cannot name its stream in the log: {e}"
+                ) from e
+            fresh = []
+            with self._lock:
+                for rid, (request, version, state) in decided.items():
+                    self._ledger.put(rid, version, state)
+                    self._requests[rid] = request
+                    self._statuses[rid] = WorkloadStatus(rid, "queued")
+                    fresh.append(request)
+                self._lock.notify_all()
+            return fresh
+        raise LogUnavailable(
+            "the workloads' streams kept changing under this process (another controller is "
+            "submitting the same ids); send them again"
+        )
+
+    def _submissions(
+        self, requests: Sequence[WorkloadRequest], at: datetime
+    ) -> tuple[
+        dict[str, tuple[WorkloadRequest, int, Workload]],
+        dict[str, list[workloads.WorkloadEvent]],
+    ]:
+        """What submitting ``requests`` records: per workload its request and the version and
+        state its stream will have, and the events."""
+        decided = {}
+        events_of = {}
+        for request in requests:
+            if request.id not in self._ledger and self._nodes.node_of(request.id) is not None:
+                continue  # placed without a submission of its own (before streams existed)
+            try:
+                events, state = self._ledger.decide(request.id, [SubmitWorkload(request, at)])
+            except Rejected as e:
+                raise WorkloadConflict(e.reason) from e
+            if events:
+                version = self._ledger.get(request.id)[0] + len(events)
+                decided[request.id] = (request, version, state)
+                events_of[request.id] = events
+        return decided, events_of
+
+    def _reload(self, conflict: WrongExpectedVersion) -> str:
+        """Another writer moved a workload's stream: read it back; the workload's id."""
+        workload_id = workloads.workload_of_stream(conflict.stream_id)
+        if workload_id is None:
+            raise PlacementError(
+                f"the log reported a conflict on {conflict.stream_id!r}, outside the workloads"
+            ) from conflict
+        try:
+            version, state = read_workload(self._store, workload_id)
+        except StoreUnavailable as e:
+            raise LogUnavailable(f"could not read {conflict.stream_id} back: {e}") from e
         with self._lock:
-            for request in requests:
-                known = self._statuses.get(request.id)
-                if known is not None and known.state not in ("rejected", "released"):
-                    continue
-                if known is None and self._nodes.node_of(request.id) is not None:
-                    continue
+            self._ledger.put(workload_id, version, state)
+        return workload_id
+
+    def _append(self, appends: Sequence[StreamAppend]) -> list[AppendResult]:
+        """``appends`` in one transaction; raises ``WrongExpectedVersion``, ``InvalidEvent``,
+        or :class:`LogUnavailable` / :class:`RuntimeStopped` translated."""
+        try:
+            return append_decision(self._store, appends, clock=self._clock, policy=self._retry)
+        except Fenced as e:
+            self._writer.fencing.deposed(e)
+            raise RuntimeStopped(f"a newer leader holds the log ({e})") from e
+        except (StoreUnavailable, HostUnavailable) as e:
+            raise LogUnavailable(f"the event log is unreachable ({e}); send it again") from e
+
+    def recover(self) -> list[WorkloadRequest]:
+        """Rebuild what the log says about every workload (see the module docstring); the
+        workloads to queue again, in submission order. Run it once, before the first batch,
+        with the node streams hosted (placements are found there)."""
+        try:
+            folded = read_workloads(self._store)
+        except StoreUnavailable as e:
+            raise LogUnavailable(f"could not read the workloads back: {e}") from e
+        placed = {rid for rid in folded if self._nodes.node_of(rid) is not None}
+        recovery = workloads.recover(
+            {rid: state for rid, (_, state) in folded.items()}, placed=placed, pools=self._pools
+        )
+        worker_of_request = {rid: p.name for p in recovery.pending for rid in p.request_ids}
+        with self._lock:
+            for rid, (version, state) in folded.items():
+                self._ledger.put(rid, version, state)
+            for request in recovery.queued:
                 self._requests[request.id] = request
                 self._statuses[request.id] = WorkloadStatus(request.id, "queued")
-                fresh.append(request)
+            for rid, request in recovery.waiting.items():
+                self._requests[rid] = request
+                self._statuses[rid] = WorkloadStatus(
+                    rid, "pending-provisioning", worker=worker_of_request[rid]
+                )
+            self._waiting.restore(recovery.pending)
+            for rid, reason in recovery.rejected.items():
+                self._statuses[rid] = WorkloadStatus(rid, "rejected", reason=reason)
+            for rid in recovery.released:
+                self._statuses[rid] = WorkloadStatus(rid, "released")
             self._lock.notify_all()
-        return fresh
+        present = {name for name, state in self._nodes.hosted().items() if state.present}
+        # The batch that recorded them may have stopped before asking for their machines.
+        self._provision([(p.name, p.pool) for p in recovery.pending if p.name not in present])
+        log.info(
+            "workloads recovered from the log",
+            queued=len(recovery.queued),
+            waiting=len(recovery.waiting),
+            pending_workers=len(recovery.pending),
+            rejected=len(recovery.rejected),
+            released=len(recovery.released),
+        )
+        return list(recovery.queued)
 
     def status(self, workload_id: str) -> WorkloadStatus:
         """Where ``workload_id`` stands; :class:`UnknownWorkload` if nowhere."""
@@ -263,6 +442,10 @@ class PlacementService:
         if known is not None:
             return known
         node = self._nodes.node_of(workload_id)
+        if node is None:
+            with self._lock:
+                recorded = self._ledger.state(workload_id)
+            node = recorded.node if recorded.phase == "placed" else None
         if node is not None:
             return WorkloadStatus(workload_id, "placed", node=node)
         raise UnknownWorkload(f"no workload {workload_id} was submitted or is placed on a node")
@@ -280,34 +463,101 @@ class PlacementService:
         return self.status(workload_id)
 
     def release(self, workload_id: str, *, discard: Callable[[str], bool] | None = None) -> None:
-        """Return the workload's capacity: from its node (through the node's stream), from the
-        worker it waits for, or from the backlog."""
+        """Return the workload's capacity — from its node, from the worker it waits for, or
+        from the backlog — and record the release on its stream (for a placed workload in the
+        same append as its node's ``PodDeleted``)."""
         current = self.status(workload_id)
         if current.state == "placed" and current.node is not None:
-            node = current.node
-            try:
-                # The node's hosted stream may not have folded this service's own append yet;
-                # a DeletePod decided on that state would find no pod and release nothing.
-                self._nodes.stream(node).load()
-                self._nodes.execute(
-                    node,
-                    lambda at: [DeletePod(workload_id, at=at)],
-                    cause=f"release:{workload_id}",
-                )
-            except (NodesUnavailable, StoreUnavailable) as e:
-                raise LogUnavailable(f"could not release {workload_id}: {e}") from e
-            except NodesError as e:
-                raise PlacementError(f"node {node} could not release {workload_id}: {e}") from e
-        elif current.state == "pending-provisioning":
-            with self._lock:
-                request = self._requests.get(workload_id)
-                if request is not None:
-                    self._waiting.unwait(request)
-        elif current.state == "queued" and discard is not None:
-            discard(workload_id)
+            self._release_placed(workload_id, current.node)
+        else:
+            # Held against the batch thread: a batch that took the workload from the backlog
+            # either placed it already (released from its node, below) or will skip it.
+            with self._batch_lock:
+                current = self.status(workload_id)
+                if current.state == "placed" and current.node is not None:
+                    self._release_placed(workload_id, current.node)
+                else:
+                    self._record_release(workload_id)
+                    if current.state == "pending-provisioning":
+                        with self._lock:
+                            request = self._requests.get(workload_id)
+                            if request is not None:
+                                self._waiting.unwait(request)
+                    elif current.state == "queued" and discard is not None:
+                        discard(workload_id)
         with self._lock:
             self._statuses[workload_id] = WorkloadStatus(workload_id, "released")
             self._lock.notify_all()
+
+    def _record_release(self, workload_id: str) -> None:
+        for _ in range(self._retry.conflict_attempts):
+            appends, decided = self._release_appends(workload_id)
+            if not appends:
+                return
+            try:
+                self._append(appends)
+            except WrongExpectedVersion as e:
+                self._reload(e)
+                continue
+            self._recorded(decided)
+            return
+        raise LogUnavailable(f"{workload_id}'s stream kept changing; release it again")
+
+    def _release_placed(self, workload_id: str, node: str) -> None:
+        stream = self._nodes.stream(node)
+        for _ in range(self._retry.conflict_attempts):
+            try:
+                # The hosted stream may not have folded this service's own batch appends yet;
+                # a DeletePod decided on that state would find no pod and release nothing.
+                stream.load()
+                version, state = stream.version, stream.state
+                events = nodes.decide(state, DeletePod(workload_id, at=self._clock.now()))
+            except StoreUnavailable as e:
+                raise LogUnavailable(f"could not release {workload_id}: {e}") from e
+            except Rejected as e:
+                raise PlacementError(f"node {node} could not release {workload_id}: {e}") from e
+            appends, decided = self._release_appends(workload_id)
+            if events:
+                cause = f"release:{workload_id}"
+                appends.insert(
+                    0,
+                    node_append(node, version, events, [cause] * len(events), writer=self._writer),
+                )
+            if not appends:
+                return
+            try:
+                self._append(appends)
+            except WrongExpectedVersion as e:
+                if node_of_stream(e.stream_id) is None:
+                    self._reload(e)
+                continue
+            self._recorded(decided)
+            try:
+                stream.load()  # fold the PodDeleted: the node's pod index forgets the workload
+            except StoreUnavailable as e:
+                # Released in the log all the same; the next load folds it.
+                log.warning("released; the node's stream will catch up", node=node, error=str(e))
+            return
+        raise LogUnavailable(f"node {node} kept changing while {workload_id} was released")
+
+    def _release_appends(
+        self, workload_id: str
+    ) -> tuple[list[StreamAppend], dict[str, tuple[int, Workload]]]:
+        with self._lock:
+            command = ReleaseWorkload(workload_id, self._clock.now())
+            events, state = self._ledger.decide(workload_id, [command])
+            if not events:
+                return [], {}
+            version = self._ledger.get(workload_id)[0]
+            append = self._ledger.append_for(
+                workload_id, events, writer=self._writer, cause=f"release:{workload_id}"
+            )
+        return [append], {workload_id: (version + len(events), state)}
+
+    def _recorded(self, decided: Mapping[str, tuple[int, Workload]]) -> None:
+        with self._lock:
+            for rid, (version, state) in decided.items():
+                self._ledger.put(rid, version, state)
 
     def joined_waiting(self) -> list[WorkloadRequest]:
         """The workloads waiting for workers that have joined since: the next batch takes them
@@ -328,53 +578,54 @@ class PlacementService:
 
     def _place(self, requests: list[WorkloadRequest]) -> BatchReport:
         at = self._clock.now()
-        if not requests:
-            return BatchReport()
         with self._lock:
+            # Released after the batch thread took it from the backlog: nothing to place.
+            requests = [
+                r
+                for r in requests
+                if (known := self._statuses.get(r.id)) is None or known.state != "released"
+            ]
             for request in requests:
                 self._requests.setdefault(request.id, request)
             any_pending = bool(self._waiting)
+        if not requests:
+            return BatchReport()
         joined = self.joined_waiting() if any_pending else []
         ids = {r.id for r in requests}
         batch = [r for r in joined if r.id not in ids] + requests
         snapshot, bases = self.snapshot()
         first = plan(batch, snapshot, self._pools, at=at)
-        run = _Run(at=at, by_id={r.id: r for r in batch}, result=first)
-        run.placed.update(first.placed)
-        self._absorb(first, bases, run.touched)
-        run.provisions.extend(first.provisions)
         with self._lock:
+            run = _Run(at=at, by_id={r.id: r for r in batch}, result=first, book=self._waiting)
+            self._waiting = self._waiting.copy()
+            run.placed.update(first.placed)
+            self._absorb(first, bases, run.touched)
+            self._planned(run, first, snapshot.pending)
             # A joined worker's waiting workloads were just planned (on it first): they have
             # this batch's outcomes now, and its capacity is in the snapshot like any node's.
             self._waiting.drop(w.name for w in snapshot.workers)
             self._waiting.record(first, self._requests)
-        while run.touched:
+        while True:
+            outcomes = self._outcome_appends(run)  # first: it may take placements out
+            appends = node_appends(run.touched, self._writer) + outcomes
+            if not appends:
+                break
             try:
                 run.appends += 1
-                results = append_decision(
-                    self._store,
-                    node_appends(run.touched, self._writer),
-                    clock=self._clock,
-                    policy=self._retry,
-                )
+                results = self._append(appends)
                 run.last_position = results[-1].last_position
                 break
             except WrongExpectedVersion as e:
-                self._replan(run, node_of_stream(e.stream_id) or "")
-            except Fenced as e:
-                self._writer.fencing.deposed(e)
+                if node_of_stream(e.stream_id) is not None:
+                    self._replan(run, node_of_stream(e.stream_id) or "")
+                else:
+                    self._outcome_conflict(run, e)
+            except PlacementError as e:
                 self._abandon(run)
-                raise RuntimeStopped(
-                    f"a newer leader holds the log ({e}); the batch's placements were put back "
-                    "in the queue"
-                ) from e
-            except (StoreUnavailable, HostUnavailable) as e:
-                self._abandon(run)
-                raise LogUnavailable(
-                    f"the event log is unreachable ({e}); the batch's placements were put back "
-                    "in the queue"
-                ) from e
+                raise type(e)(f"{e}; the batch's workloads were put back in the queue") from e
         self._committed(run.touched, run.placed)
+        self._recorded(run.recorded)
+        self._answered_elsewhere(run.dropped)
         if run.requeued:
             self._requeue(run.requeued)
         self._provision(run.provisions)
@@ -382,15 +633,85 @@ class PlacementService:
         return BatchReport(
             requests=len(batch),
             placed=len(run.placed),
-            waiting=len(run.result.waiting) + sum(len(n.request_ids) for n in run.provisions),
+            waiting=len(run.result.waiting)
+            + sum(len(n.request_ids) for n in run.result.provisions),
             rejected=len(run.result.rejected),
             requeued=len(run.requeued),
-            workers_requested=tuple(n.name for n in run.provisions),
+            workers_requested=tuple(name for name, _ in run.provisions),
             snapshot_reads=run.reads,
             appends=run.appends,
             conflicts=run.conflicts,
             last_position=run.last_position,
         )
+
+    def _planned(self, run: _Run, result: PlacementPlan, pending: Iterable[PendingWorker]) -> None:
+        """Note the workers ``result`` sends workloads to, and the new ones to request."""
+        run.pools.update((p.name, p.pool) for p in pending)
+        for new in result.provisions:
+            run.pools[new.name] = new.pool
+            run.provisions.append((new.name, new.pool))
+
+    def _outcome_appends(self, run: _Run) -> list[StreamAppend]:
+        """One append per submitted workload of the batch: placed, waiting or rejected. A
+        placement the workload's stream refuses (another process placed or released it since)
+        is taken out of the batch."""
+        outcomes: dict[str, WorkloadCommand] = {}
+        for rid, worker in run.result.waiting.items():
+            outcomes[rid] = RecordWaiting(rid, worker, run.pools[worker], run.at)
+        for new in run.result.provisions:
+            for rid in new.request_ids:
+                outcomes[rid] = RecordWaiting(rid, new.name, new.pool, run.at)
+        for rid, reason in run.result.rejected.items():
+            outcomes[rid] = RecordRejection(rid, reason, run.at)
+        if self._record_placements:
+            for rid, node in run.placed.items():
+                outcomes[rid] = RecordPlacement(rid, node, run.at)
+        for request in run.requeued:
+            outcomes.pop(request.id, None)
+        term = self._writer.fencing.term()
+        appends = []
+        run.recorded.clear()
+        with self._lock:
+            for rid, command in outcomes.items():
+                if self._ledger.state(rid).phase == "new":
+                    continue  # never submitted (planned directly): nothing acknowledged to keep
+                try:
+                    events, state = self._ledger.decide(rid, [command])
+                except Rejected as e:
+                    log.info("placement left to the log's answer", workload=rid, reason=e.reason)
+                    self._drop(run, rid)
+                    run.dropped.append(rid)
+                    continue
+                if not events:
+                    continue
+                appends.append(
+                    self._ledger.append_for(
+                        rid, events, writer=self._writer, cause=f"batch:{rid}", term=term
+                    )
+                )
+                run.recorded[rid] = (self._ledger.get(rid)[0] + len(events), state)
+        return appends
+
+    def _drop(self, run: _Run, workload_id: str) -> None:
+        """Take a planned placement out of the batch (its node keeps the rest)."""
+        node = run.placed.pop(workload_id, None)
+        batch = run.touched.get(node) if node is not None else None
+        if node is not None and batch is not None:
+            batch.without(workload_id)
+            if not batch.commands:
+                del run.touched[node]
+
+    def _outcome_conflict(self, run: _Run, conflict: WrongExpectedVersion) -> None:
+        """Another writer moved a workload's stream (released or placed it): read it back and
+        decide its outcome again; after too many, it goes back to the queue."""
+        run.conflicts += 1
+        workload_id = self._reload(conflict)
+        if run.conflicts > self._max_retries and workload_id in run.by_id:
+            request = run.by_id[workload_id]
+            self._drop(run, workload_id)
+            run.requeued.append(request)
+            with self._lock:
+                self._waiting.unwait(request)
 
     def _replan(self, run: _Run, node: str) -> None:
         """Another writer moved ``node``: plan its requests again, and only those."""
@@ -423,18 +744,19 @@ class PlacementService:
         again = plan(moved, snapshot, self._pools, at=run.at)
         run.placed.update(again.placed)
         self._absorb(again, fresh, run.touched)
-        run.provisions.extend(again.provisions)
         with self._lock:
+            self._planned(run, again, snapshot.pending)
             self._waiting.record(again, self._requests)
         run.result = _merged(run.result, again)
 
     def _abandon(self, run: _Run) -> None:
-        """The append failed for good: the planned placements go back to the queue; overflow
-        stands (its workers are requested), rejections are answered."""
-        back = [run.by_id[rid] for rid in run.placed]
+        """The append failed for good: nothing of the batch is in the log, so nothing of it is
+        answered. Every workload goes back to the queue, the book of pending workers is as it
+        was before the batch, and no machine is asked for."""
+        back = list(run.by_id.values())
+        with self._lock:
+            self._waiting = run.book
         run.placed.clear()
-        self._provision(run.provisions)
-        self._finish(run.result, run.placed, back)
         self._requeue(back)
 
     def _absorb(
@@ -461,24 +783,41 @@ class PlacementService:
                 if request is not None:
                     self._waiting.unwait(request)  # a repeat of a waiting workload, now placed
 
-    def _provision(self, provisions: Sequence[NewWorker]) -> None:
-        if not provisions or self._machines is None:
+    def _answered_elsewhere(self, workload_ids: Sequence[str]) -> None:
+        """Workloads another process placed or released meanwhile: their status is the log's."""
+        with self._lock:
+            for rid in workload_ids:
+                known = self._ledger.state(rid)
+                if known.phase == "placed":
+                    self._statuses[rid] = WorkloadStatus(rid, "placed", node=known.node)
+                elif known.phase == "released":
+                    self._statuses[rid] = WorkloadStatus(rid, "released")
+                request = self._requests.pop(rid, None)
+                if request is not None:
+                    self._waiting.unwait(request)
+
+    def _provision(self, workers: Sequence[tuple[str, str]]) -> None:
+        """Ask for ``(name, pool)`` workers; the request id is the name's, so asking again for
+        the same worker is a repeat the Grouper answers with the first request."""
+        if not workers or self._machines is None:
             return
         pools = {p.name: p for p in self._pools}
         requests = [
             MachineRequest(
-                machine_name=new.name,
-                template=pools[new.pool].template,
-                tags={"fleetledger-pool": new.pool},
-                request_id=f"placement-{new.name}",
+                machine_name=name,
+                template=pools[pool].template,
+                tags={"fleetledger-pool": pool},
+                request_id=f"placement-{name}",
             )
-            for new in provisions
+            for name, pool in workers
+            if pool in pools
         ]
         try:
             self._machines.request(requests)
         except Exception as e:
             # The workloads keep waiting for these workers; a lost request is logged loudly so
-            # the operator can re-drive provisioning, never silently treated as a success.
+            # the operator can re-drive provisioning (a restart sends it again), never silently
+            # treated as a success.
             log.error(
                 "machine requests for overflow failed",
                 workers=[r.machine_name for r in requests],
@@ -497,6 +836,8 @@ class PlacementService:
                 if rid not in placed and rid not in back:
                     self._statuses[rid] = WorkloadStatus(rid, "pending-provisioning", worker=worker)
             for rid, reason in result.rejected.items():
+                if rid in back:
+                    continue
                 self._statuses[rid] = WorkloadStatus(rid, "rejected", reason=reason)
                 self._requests.pop(rid, None)
             self._lock.notify_all()
@@ -507,6 +848,18 @@ class PlacementService:
                 self._statuses[request.id] = WorkloadStatus(request.id, "queued")
         if self.requeue is not None:
             self.requeue(requests)
+
+
+def _unique(requests: Sequence[WorkloadRequest]) -> list[WorkloadRequest]:
+    """``requests`` without repeats; an id given twice with different requests is refused."""
+    seen: dict[str, WorkloadRequest] = {}
+    for request in requests:
+        first = seen.setdefault(request.id, request)
+        if first != request:
+            raise WorkloadConflict(
+                f"workload {request.id} is given twice with different requests; send one"
+            )
+    return list(seen.values())
 
 
 def _merged(first: PlacementPlan, again: PlacementPlan) -> PlacementPlan:

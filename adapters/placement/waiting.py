@@ -41,6 +41,18 @@ class WaitingBook:
         """The workloads waiting for workers now ``present`` as nodes."""
         return [rid for rid, name in self.waiting() if name in present]
 
+    def copy(self) -> WaitingBook:
+        """The book as it stands, to go back to if a batch's outcomes never reach the log."""
+        book = WaitingBook(())
+        book._pools, book._pending = self._pools, dict(self._pending)
+        return book
+
+    def restore(self, workers: Iterable[PendingWorker]) -> None:
+        """Count ``workers`` as on their way, with their waiting workloads (read back from the
+        log at a restart); a worker already in the book is replaced."""
+        for worker in workers:
+            self._pending[worker.name] = worker
+
     def drop(self, names: Iterable[str]) -> None:
         """Forget workers that joined: their workloads were just planned."""
         for name in names:

@@ -87,3 +87,32 @@ class TestWorkloads:
     def test_invalid_body_is_422(self, client: TestClient) -> None:
         """A negative amount does not validate."""
         assert client.post("/v1/workloads", json=_one(cpu_milli=-1)).status_code == 422
+
+    def test_a_resent_workload_is_answered_by_the_first(
+        self, client: TestClient, store: EventStore
+    ) -> None:
+        """The same id and request again is a 202 that records nothing new."""
+        client.post("/v1/workloads", json=_one(id="w1"))
+        client.get("/v1/workloads/w1", params={"wait": 10})  # its batch has committed
+        head = store.head()
+        response = client.post("/v1/workloads", json=_one(id="w1"))
+        assert (response.status_code, response.json()) == (202, {"ids": ["w1"]})
+        assert store.head() == head
+
+    def test_a_conflicting_resubmission_is_409(self, client: TestClient, store: EventStore) -> None:
+        """A different request under a submitted id is refused, naming it; nothing recorded."""
+        client.post("/v1/workloads", json=_one(id="w1"))
+        client.get("/v1/workloads/w1", params={"wait": 10})  # its batch has committed
+        head = store.head()
+        response = client.post(
+            "/v1/workloads", json={"workloads": [_one(id="w2"), _one(id="w1", cpu_milli=2000)]}
+        )
+        assert response.status_code == 409
+        assert "w1 was already submitted with a different request" in response.json()["detail"]
+        assert store.head() == head
+
+    def test_an_id_too_long_for_the_log_is_400(self, client: TestClient) -> None:
+        """An id whose stream name the log cannot hold is refused before anything is queued."""
+        response = client.post("/v1/workloads", json=_one(id="x" * 253))
+        assert response.status_code == 400
+        assert "stream" in response.json()["detail"]
