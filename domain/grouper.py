@@ -9,6 +9,15 @@ limit too: a batch that grew under a larger ``max_batch_size`` (pending when the
 is sealed in parts, each within the current limit — the first part keeps the batch's id, part
 ``k`` is ``<id>.<k>`` — all in the one decision that seals it.
 
+A batch is sealed in parts by size too. The log refuses an event over its size limit, and a seal
+lists every machine of its batch: a burst of requests with large tags could decide a seal that can
+never be stored, so sealing would fail on every tick and the batch's requests would wait for
+ever. With ``GrouperConfig.max_seal_bytes`` set (the runtime derives it from the log's limit), a
+batch whose machines would not fit in one seal is sealed in parts that each fit, as above; and a
+request too large to be sealed even alone is refused when it arrives, before anything is recorded.
+The grouper knows nothing of the log: it bounds what its own events need, from the requests'
+text (:func:`seal_size`).
+
 Time is logical. Every command carries ``at`` and, before anything else, seals each batch whose
 deadline is at or before it, exactly as a ``Tick(at)`` would. A sealed-by-time batch is stamped
 with its *deadline*, not with the command that noticed it, so the events are the same whether the
@@ -26,10 +35,12 @@ the events never depend on them except through the decisions already recorded.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Generic, Literal, TypeAlias, TypeVar, cast, get_args
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
@@ -74,6 +85,7 @@ __all__ = [
     "pending_batches",
     "pending_request_count",
     "request_status",
+    "seal_size",
     "sealed_batch_id",
 ]
 
@@ -111,11 +123,17 @@ _UNSAFE_TEXT = re.compile(f"[{UNSAFE_CHARACTERS}]")
 
 @dataclass(frozen=True, slots=True)
 class GrouperConfig:
-    """How long and how large a batch may grow. Validated once, here."""
+    """How long and how large a batch may grow. Validated once, here.
+
+    ``max_seal_bytes`` bounds one seal's :func:`seal_size`; a batch over it is sealed in parts
+    and a request over it alone is refused. ``None`` leaves seals bounded by count only.
+    """
 
     idle_timeout: timedelta
     max_timeout: timedelta
     max_batch_size: int
+    _: KW_ONLY
+    max_seal_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.idle_timeout, timedelta) or self.idle_timeout <= timedelta(0):
@@ -135,6 +153,13 @@ class GrouperConfig:
             raise InvalidCommand(
                 f"max_batch_size must be a positive integer (10-50 is typical), "
                 f"got {self.max_batch_size!r}"
+            )
+        if self.max_seal_bytes is not None and (
+            type(self.max_seal_bytes) is not int or self.max_seal_bytes < 1
+        ):
+            raise InvalidCommand(
+                f"max_seal_bytes must be a positive integer or None (no size bound), "
+                f"got {self.max_seal_bytes!r}"
             )
 
     @classmethod
@@ -554,6 +579,109 @@ def _later(clock: datetime | None, at: datetime) -> datetime:
     return at if clock is None or at > clock else clock
 
 
+# -- seal size -----------------------------------------------------------------------------------
+# A machine is carried whole by three events of its batch: the seal, the batch stream's opening
+# (a copy of the seal) and each dispatch, whose ``BatchPutMachine`` header is JSON text stored
+# inside the event's JSON, so every quote and backslash of it is escaped twice. The bound below
+# takes, per machine, the most that any of them needs. Per text: its UTF-8 bytes, up to three
+# escape bytes per quote or backslash, and its quotes (escaped in the header). Control
+# characters, which JSON would spell in six bytes, are refused before any request is accepted.
+# Per machine, per tag and per zone: the punctuation and field names around them, with room to
+# spare (tests check the bound against the encoded events). What every event has whatever its
+# machines (ids, times, metadata) is the caller's margin, not part of the bound.
+_MACHINE_FRAME_BYTES = 160
+_TAG_FRAME_BYTES = 8
+_ZONE_FRAME_BYTES = 4
+
+
+def _machines_bytes(machines: Iterable[BatchMachine]) -> int:
+    """The bound for ``machines`` together (see above), in one pass over their joined text."""
+    # The request id is written twice in each event: with the machine, and in the list of
+    # request ids (the seal's ``request_ids``; the dispatch's, beside the header's request tag).
+    texts: list[str] = []
+    frames = 0
+    for machine in machines:
+        texts += (machine.request_id, machine.request_id, machine.machine_name, *machine.zones)
+        for tag in machine.tags:
+            texts += tag
+        frames += (
+            _MACHINE_FRAME_BYTES
+            + _TAG_FRAME_BYTES * len(machine.tags)
+            + _ZONE_FRAME_BYTES * len(machine.zones)
+        )
+    text = "".join(texts)
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    return size + 3 * (text.count('"') + text.count("\\")) + 4 * len(texts) + frames
+
+
+@lru_cache(maxsize=256)
+def _template_bytes(template: MachineTemplate) -> int:
+    text = json.dumps(template.to_data(), ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def seal_size(template: MachineTemplate, machines: Iterable[BatchMachine]) -> int:
+    """A bound on the bytes a seal of ``machines`` from ``template`` needs in the log's events.
+
+    It covers the template and the machines as the seal, its batch's opening and a dispatch with
+    its ``BatchPutMachine`` header carry them; not the few hundred bytes each event has besides
+    (ids, times, metadata), which whoever sets :attr:`GrouperConfig.max_seal_bytes` leaves aside.
+    """
+    return _template_bytes(template) + _machines_bytes(machines)
+
+
+def _split(
+    template: MachineTemplate,
+    machines: Sequence[BatchMachine],
+    limit: int,
+    max_bytes: int | None,
+) -> list[tuple[int, int]]:
+    """``machines`` cut, in order, into ``(start, stop)`` parts of at most ``limit`` machines
+    and, if ``max_bytes`` is set, at most that :func:`seal_size` (a machine over it goes alone:
+    only a request accepted under a larger bound can be)."""
+    if max_bytes is None:
+        return [
+            (start, min(start + limit, len(machines))) for start in range(0, len(machines), limit)
+        ]
+    frame = _template_bytes(template)
+    if len(machines) <= limit and frame + _machines_bytes(machines) <= max_bytes:
+        return [(0, len(machines))]  # the common case: the batch fits in one seal
+    parts: list[tuple[int, int]] = []
+    start = 0
+    size = frame
+    for index, machine in enumerate(machines):
+        machine_size = _machines_bytes((machine,))
+        if index > start and (index - start >= limit or size + machine_size > max_bytes):
+            parts.append((start, index))
+            start, size = index, frame
+        size += machine_size
+    if start < len(machines):
+        parts.append((start, len(machines)))
+    return parts
+
+
+def _check_seal_fits(
+    command: RequestMachine, tags: tuple[tuple[str, str], ...], max_bytes: int
+) -> None:
+    machine = BatchMachine(command.request_id, command.machine_name, command.zones, tags)
+    template = _template_bytes(command.template)
+    own = _machines_bytes((machine,))
+    if template + own <= max_bytes:
+        return
+    # Named by the larger part, so the caller knows what to shorten (the message starts with the
+    # field, as every refusal of a request's field does).
+    what, advice = (
+        ("tags", "send fewer or shorter tags")
+        if own >= template
+        else ("template", "shorten its kubelet_config or texts")
+    )
+    raise InvalidCommand(
+        f"{what} too large to seal: request {command.request_id!r} needs {template + own} bytes "
+        f"in a seal (template {template}, machine {own}), over the {max_bytes} one seal may "
+        f"hold; {advice}"
+    )
+
+
 # -- decide --------------------------------------------------------------------------------------
 
 
@@ -604,6 +732,8 @@ def _decide_request(
         _check_repeat(state, command, digest, tags)
         return []
 
+    if config.max_seal_bytes is not None:
+        _check_seal_fits(command, tags, config.max_seal_bytes)
     events = _seal_due(state, config, at)
     if command.skip_batching:
         batch_id = _batch_id(digest, state.batches_opened + 1)
@@ -630,8 +760,9 @@ def _decide_request(
         machine = BatchMachine(command.request_id, command.machine_name, command.zones, tags)
         machines = (machine,) if current is None else (*current.machines, machine)
         template = command.template if current is None else current.template
-        request_ids = tuple(m.request_id for m in machines)
-        events.append(BatchSealed(batch_id, digest, template, request_ids, machines, "full", at))
+        events.extend(
+            _sealed_parts(batch_id, digest, template, machines, reason="full", at=at, config=config)
+        )
     return events
 
 
@@ -833,7 +964,7 @@ def _seal_due(state: GrouperState, config: GrouperConfig, at: datetime) -> list[
     return [
         part
         for deadline, _, batch, reason in _due_order(state, config, at)
-        for part in _seal(batch, reason, _stamp(state, deadline), size)
+        for part in _seal(batch, reason, _stamp(state, deadline), config)
     ]
 
 
@@ -845,33 +976,47 @@ def _stamp(state: GrouperState, deadline: datetime) -> datetime:
     return deadline if clock is None or deadline > clock else clock
 
 
-def _seal(batch: PendingBatch, reason: SealReason, at: datetime, limit: int) -> list[BatchSealed]:
-    """``batch`` sealed whole, or in parts of at most ``limit`` if it grew under a larger one."""
-    request_ids = tuple(batch.requests)
-    machines = batch.machines
-    if len(request_ids) <= limit:
-        return [
-            BatchSealed(
-                batch.batch_id,
-                batch.template_hash,
-                batch.template,
-                request_ids,
-                machines,
-                reason,
-                at,
-            )
-        ]
+def _seal(
+    batch: PendingBatch, reason: SealReason, at: datetime, config: GrouperConfig
+) -> list[BatchSealed]:
+    """``batch`` sealed whole, or in parts if it is over the size or count limits (see
+    :func:`_sealed_parts`)."""
+    return _sealed_parts(
+        batch.batch_id,
+        batch.template_hash,
+        batch.template,
+        batch.machines,
+        reason=reason,
+        at=at,
+        config=config,
+    )
+
+
+def _sealed_parts(
+    batch_id: str,
+    digest: str,
+    template: MachineTemplate,
+    machines: tuple[BatchMachine, ...],
+    *,
+    reason: SealReason,
+    at: datetime,
+    config: GrouperConfig,
+) -> list[BatchSealed]:
+    """One seal, or several of at most ``max_batch_size`` machines and ``max_seal_bytes`` each
+    (a batch that grew under a larger limit, or whose machines are too large for one seal): the
+    first keeps ``batch_id``, part ``k`` is ``<batch_id>.<k>``."""
+    parts = _split(template, machines, config.max_batch_size, config.max_seal_bytes)
     return [
         BatchSealed(
-            batch.batch_id if start == 0 else f"{batch.batch_id}.{start // limit + 1}",
-            batch.template_hash,
-            batch.template,
-            request_ids[start : start + limit],
-            machines[start : start + limit],
+            batch_id if k == 0 else f"{batch_id}.{k + 1}",
+            digest,
+            template,
+            tuple(m.request_id for m in machines[start:stop]),
+            machines[start:stop],
             reason,
             at,
         )
-        for start in range(0, len(request_ids), limit)
+        for k, (start, stop) in enumerate(parts)
     ]
 
 
@@ -883,9 +1028,9 @@ def _decide_shutdown(
     events: list[GrouperEvent] = []
     for deadline, _, batch, reason in _due_order(state, config, None):
         if deadline <= at:
-            events.extend(_seal(batch, reason, _stamp(state, deadline), config.max_batch_size))
+            events.extend(_seal(batch, reason, _stamp(state, deadline), config))
         else:
-            events.extend(_seal(batch, "shutdown", at, config.max_batch_size))
+            events.extend(_seal(batch, "shutdown", at, config))
     return events
 
 

@@ -137,6 +137,7 @@ class TestSurface:
             "pending_batches",
             "pending_request_count",
             "request_status",
+            "seal_size",
             "sealed_batch_id",
         }
         assert all(hasattr(grouper, name) for name in grouper.__all__)
