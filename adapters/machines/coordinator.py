@@ -26,6 +26,13 @@ then settles the in-doubt machines and step 2 dispatches only what was never sen
 as missing, up to the batch's ``max_attempts``. Create-only cloud semantics make a re-sent create
 of an existing name report that machine instead of making a second one.
 
+Log outages: a batch whose log append or read fails after the host's re-sends (the database is
+down or its connections were cut) is not given up: the coordinator waits (``log_retry_seconds``,
+doubling up to ``log_retry_max_seconds``) and executes it again from the top — load the stream,
+read the in-doubt machines, then dispatch what is left — exactly as a restart would, for as long as
+this process leads. :meth:`Coordinator.halt` ends the waiting (a stop past its grace period, a
+step-down): the batch is then left to the next leader.
+
 Concurrency: batches run on a :class:`~fleetledger.adapters.runtime.runners.TaskRunner` (the bound
 on calls in flight); one batch never runs twice at once in this process. Two processes working the
 same batch would both be safe (expected versions, create-only), but wasteful: run one leader.
@@ -82,7 +89,7 @@ from fleetledger.domain.machine_batch import (
     resume_token,
     unresolved_machines,
 )
-from fleetledger.eventstore import EventStore
+from fleetledger.eventstore import EventStore, StoreUnavailable
 
 from .aggregates import batch_aggregate
 from .context import BatchMetadata, batch_metadata
@@ -115,13 +122,17 @@ class CoordinatorOptions:
     machines API and the fake); ``"per_machine"`` records one call per machine and no header
     (plain VMs, ``AzureVmCloud``). A machine read as still *creating* is read again every
     ``read_poll_seconds`` for up to ``read_timeout_seconds``; a read that fails is retried
-    ``read_error_attempts`` times. Past either bound the batch is left for the next start.
+    ``read_error_attempts`` times. Past either bound the batch is left for the next start. A
+    batch the log failed under is executed again after ``log_retry_seconds``, the wait doubling
+    up to ``log_retry_max_seconds`` while the log stays unreachable.
     """
 
     dispatch_mode: DispatchMode = "batch"
     read_poll_seconds: float = 5.0
     read_timeout_seconds: float = 900.0
     read_error_attempts: int = 5
+    log_retry_seconds: float = 0.5
+    log_retry_max_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         if self.dispatch_mode not in ("batch", "per_machine"):
@@ -132,6 +143,11 @@ class CoordinatorOptions:
             raise ValueError("read_poll_seconds must be > 0 and read_timeout_seconds >= 0")
         if self.read_error_attempts < 1:
             raise ValueError("read_error_attempts must be at least 1")
+        if not 0 < self.log_retry_seconds <= self.log_retry_max_seconds:
+            raise ValueError(
+                "log_retry_seconds must be > 0 and at most log_retry_max_seconds, got "
+                f"{self.log_retry_seconds} and {self.log_retry_max_seconds}"
+            )
 
 
 def machine_error(error: CloudError) -> MachineError:
@@ -174,6 +190,10 @@ class Coordinator:
         self._retry = retry or RetryPolicy()
         self._idle = threading.Condition()
         self._in_flight: set[str] = set()
+        # Submitted again while running (a new term's resubmission racing the old run's end):
+        # run once more when the current run ends, or the batch could be dropped by both.
+        self._again: set[str] = set()
+        self._halted = threading.Event()
 
     # -- scheduling --------------------------------------------------------------------------
 
@@ -183,9 +203,19 @@ class Coordinator:
         for batch_id in batch_ids:
             with self._idle:
                 if batch_id in self._in_flight:
+                    self._again.add(batch_id)
                     continue
                 self._in_flight.add(batch_id)
             self._runner.submit(_BoundTask(self, batch_id))
+
+    def halt(self) -> None:
+        """Stop waiting for the log: batches waiting to be executed again after an outage are
+        left to the next leader (a stop past its grace period, a step-down)."""
+        self._halted.set()
+
+    def resume(self) -> None:
+        """Lead again: batches failed by a log outage are executed again once it passes."""
+        self._halted.clear()
 
     def in_flight(self) -> tuple[str, ...]:
         """Batches submitted and not finished yet."""
@@ -199,7 +229,7 @@ class Coordinator:
 
     def _run(self, batch_id: str) -> None:
         try:
-            self.execute(batch_id)
+            self._execute_through_outages(batch_id)
         except Deposed as e:
             log.info(
                 "no longer the leader; the batch is left to the new leader",
@@ -207,7 +237,7 @@ class Coordinator:
                 term=e.term,
                 current_term=e.current_term,
             )
-        except MachinesError as e:
+        except (MachinesError, StoreUnavailable) as e:
             log.error(
                 "batch left incomplete; it is resumed on the next start",
                 batch_id=batch_id,
@@ -220,8 +250,39 @@ class Coordinator:
             )
         finally:
             with self._idle:
-                self._in_flight.discard(batch_id)
-                self._idle.notify_all()
+                again = batch_id in self._again and not self._halted.is_set()
+                self._again.discard(batch_id)
+                if not again:
+                    self._in_flight.discard(batch_id)
+                    self._idle.notify_all()
+        if again:
+            # Still in flight: nobody else may start it meanwhile.
+            self._runner.submit(_BoundTask(self, batch_id))
+
+    def _execute_through_outages(self, batch_id: str) -> None:
+        """:meth:`execute`, again and again while the log is unreachable (until halted).
+
+        Each attempt starts over from the log, as a restart would: the stream is loaded, the
+        machines dispatched without a recorded outcome are read before anything is sent again.
+        """
+        wait = self._options.log_retry_seconds
+        while True:
+            try:
+                self.execute(batch_id)
+                return
+            except (MachinesLogUnavailable, StoreUnavailable) as e:
+                if self._halted.is_set():
+                    raise
+                log.warning(
+                    "event log unreachable; executing the batch again once it is back",
+                    batch_id=batch_id,
+                    retry_in_seconds=wait,
+                    error=str(e),
+                )
+                # An interruptible wait, not a sleep: halt() ends it at once.
+                if self._halted.wait(wait):
+                    raise
+                wait = min(wait * 2, self._options.log_retry_max_seconds)
 
     # -- execution ---------------------------------------------------------------------------
 
@@ -303,6 +364,10 @@ class Coordinator:
         try:
             with batch_metadata(metadata):
                 result = self._cloud.create_batch(request, on_progress=record_accepted)
+        except (MachinesError, Deposed):
+            # Raised by record_accepted: the log failed, not the cloud. The call's outcome is
+            # unknown; the next execution reads its machines before sending anything again.
+            raise
         except CloudError as e:
             log.warning(
                 "cloud refused the whole batch",
@@ -460,7 +525,10 @@ class _BatchLog:
 
     def load(self) -> None:
         """Fold the whole stream (its history included: a completed batch has its id)."""
-        self._stream.load(announce_history=True)
+        try:
+            self._stream.load(announce_history=True)
+        except StoreUnavailable as e:
+            raise MachinesLogUnavailable(f"cannot load batch {self.batch_id}: {e}") from e
 
     def record(self, command: BatchCommand) -> None:
         """Decide ``command`` on the current state and append (a leader duty).
@@ -475,7 +543,8 @@ class _BatchLog:
             raise MachinesLogContention(
                 f"{e}; is another coordinator running batch {self.batch_id}?"
             ) from e
-        except LogUnavailable as e:
+        except (LogUnavailable, StoreUnavailable) as e:
+            # StoreUnavailable: a read on the way (catching up after a conflict) failed.
             raise MachinesLogUnavailable(str(e)) from e
 
     def _note_completion(self, folded: Sequence[Folded[BatchEvent]]) -> None:
