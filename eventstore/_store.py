@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,9 +64,14 @@ class EventStore:
         self._committer: GroupCommitter[tuple[PreparedAppend, ...], AppendOutcome] = GroupCommitter(
             self._backend.commit
         )
-        # Wake-ups for subscribers: bumped on every local commit and on every NOTIFY.
+        # Wake-ups for subscribers: bumped on every local commit and on every NOTIFY. A local
+        # commit also records, per event type it carried, the sequence that announced it, so a
+        # waiter interested in some types only sleeps through other types' commits (a NOTIFY
+        # names no types: it is a broadcast, like an explicit wake()).
         self._wake = threading.Condition()
         self._wake_seq = 0
+        self._broadcast_seq = 0
+        self._type_seq: dict[str, int] = {}
         self._listener: threading.Thread | None = None
         self._listener_stop = threading.Event()
         self._subscriptions: list[Subscription] = []
@@ -108,7 +113,7 @@ class EventStore:
         outcome = self._committer.submit(item, weight=weight)
         if isinstance(outcome, EventStoreError):
             raise outcome
-        self._notify_local()
+        self._notify_local({event.type for append in item for event in append.events})
         return outcome
 
     # -- reading -----------------------------------------------------------------------------
@@ -268,12 +273,16 @@ class EventStore:
         batch_size: int = 200,
         poll_interval: float = 1.0,
         start: bool = True,
+        handler_writes: bool = True,
     ) -> Subscription:
         """A checkpointed subscription: catch up from its checkpoint, then follow live.
 
         ``handler(event, connection)`` runs inside the transaction that also advances the
-        checkpoint, so rows it writes through ``connection`` take effect exactly once. With
-        ``start=False`` nothing runs until ``start()`` or ``run_until_caught_up()``.
+        checkpoint, so rows it writes through ``connection`` take effect exactly once, each
+        event's under a savepoint (a failing handler's writes are undone, the earlier events'
+        kept). ``handler_writes=False`` declares a handler that never writes through the
+        connection, which spares the savepoints. With ``start=False`` nothing runs until
+        ``start()`` or ``run_until_caught_up()``.
         """
         subscription = Subscription(
             self,
@@ -282,6 +291,7 @@ class EventStore:
             types=types,
             batch_size=batch_size,
             poll_interval=poll_interval,
+            handler_writes=handler_writes,
         )
         self._subscriptions.append(subscription)
         if start:
@@ -293,6 +303,11 @@ class EventStore:
         return self._backend
 
     @property
+    def max_event_bytes(self) -> int:
+        """The largest event (data plus metadata, in UTF-8) an append may carry."""
+        return self._max_event_bytes
+
+    @property
     def engine(self) -> sa.Engine:
         """The SQLAlchemy engine, for read models that live in the same database."""
         return self._backend.engine
@@ -301,11 +316,30 @@ class EventStore:
         with self._wake:
             return self._wake_seq
 
-    def wait_for_wake(self, seen: int, timeout: float) -> None:
-        """Block until something may have been appended since ``seen`` or ``timeout`` passes."""
+    def wait_for_wake(
+        self, seen: int, timeout: float, *, types: Collection[str] | None = None
+    ) -> bool:
+        """Block until something may have been appended since ``seen`` (True) or ``timeout``
+        passes (False).
+
+        With ``types``, this process's own appends wake the caller only if they carry one of
+        those event types: a reader that filters by type is not sent to read (and find nothing)
+        after every append of another capability. Appends by other processes, known only from
+        a NOTIFY, and :meth:`wake` wake every waiter.
+        """
         self._ensure_listener()
         with self._wake:
-            self._wake.wait_for(lambda: self._wake_seq != seen, timeout=timeout)
+            if types is None:
+                return self._wake.wait_for(lambda: self._wake_seq != seen, timeout=timeout)
+            return self._wake.wait_for(lambda: self._woken_for(seen, types), timeout=timeout)
+
+    def _woken_for(self, seen: int, types: Collection[str]) -> bool:
+        if self._wake_seq == seen:
+            return False
+        if self._broadcast_seq > seen:
+            return True
+        type_seq = self._type_seq
+        return any(type_seq.get(name, 0) > seen for name in types)
 
     def wake(self) -> None:
         """Wake everything waiting for new events (subscriptions, long-polls) to re-check now.
@@ -315,9 +349,15 @@ class EventStore:
         """
         self._notify_local()
 
-    def _notify_local(self) -> None:
+    def _notify_local(self, types: Collection[str] | None = None) -> None:
+        """Wake waiters: for an append of ``types``, or everyone (``None``)."""
         with self._wake:
             self._wake_seq += 1
+            if types is None:
+                self._broadcast_seq = self._wake_seq
+            else:
+                for name in types:
+                    self._type_seq[name] = self._wake_seq
             self._wake.notify_all()
 
     def _ensure_listener(self) -> None:

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 import structlog
 
 from fleetledger.eventstore._types import RecordedEvent
-from fleetledger.eventstore.errors import InvalidEvent, SubscriptionFailed
+from fleetledger.eventstore.errors import InvalidEvent, StoreUnavailable, SubscriptionFailed
 
 if TYPE_CHECKING:
     from fleetledger.eventstore._store import EventStore
@@ -40,6 +40,7 @@ class Subscription:
         types: Sequence[str] | None,
         batch_size: int,
         poll_interval: float,
+        handler_writes: bool = True,
     ) -> None:
         if not name or not isinstance(name, str):
             raise InvalidEvent("a subscription needs a non-empty name")
@@ -51,6 +52,7 @@ class Subscription:
         self._types = list(types) if types is not None else None
         self._batch_size = batch_size
         self._poll_interval = poll_interval
+        self._handler_writes = handler_writes
         self._position = store.backend.load_checkpoint(name)
         self._progress = threading.Condition()
         self._stop = threading.Event()
@@ -141,7 +143,7 @@ class Subscription:
                 self._stop.wait(self._poll_interval)
                 continue
             if handled == 0:
-                self._store.wait_for_wake(seen, self._poll_interval)
+                self._store.wait_for_wake(seen, self._poll_interval, types=self._types)
         log.info("subscription stopped", subscription=self.name, position=self.position)
 
     def _handle_page(self) -> int:
@@ -160,14 +162,24 @@ class Subscription:
                 self._set_position(stored)
                 return 0
             for event in events:
-                savepoint = conn.begin_nested()
+                # A savepoint per event undoes a failing handler's own writes while keeping the
+                # earlier events'; a handler that writes nothing needs none (two round trips
+                # fewer per event).
+                savepoint = conn.begin_nested() if self._handler_writes else None
                 try:
                     self._handler(event, conn)
                 except Exception as e:
-                    savepoint.rollback()
+                    if _caused_by_outage(e):
+                        # The log, not the handler, failed (a handler that reads it, whatever
+                        # its own error says): the page is rolled back, checkpoint included,
+                        # and read again once the store answers.
+                        raise
+                    if savepoint is not None:
+                        savepoint.rollback()
                     failed = (event, e)
                     break
-                savepoint.commit()
+                if savepoint is not None:
+                    savepoint.commit()
                 last = event.global_position
                 handled += 1
             if last != stored:
@@ -194,3 +206,15 @@ class Subscription:
         with self._progress:
             self._position = position
             self._progress.notify_all()
+
+
+def _caused_by_outage(error: BaseException) -> bool:
+    """Whether ``error`` is, or was raised from, the store being unreachable."""
+    seen: BaseException | None = error
+    for _ in range(10):  # a cause chain is short; the bound guards against a cycle
+        if seen is None:
+            return False
+        if isinstance(seen, StoreUnavailable):
+            return True
+        seen = seen.__cause__
+    return False

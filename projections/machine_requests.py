@@ -21,6 +21,8 @@ the naming convention is the runtime's (``adapters.machines.streams``), not this
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -127,6 +129,10 @@ class MachineRequestsProjection:
         self._changed = threading.Condition()
         self._reading = threading.Lock()
         self._watchers: dict[str, list[Future[RequestView]]] = {}
+        # (position, sequence, future): futures of callers waiting for the model to read up to
+        # a position, the nearest first.
+        self._position_waiters: list[tuple[int, int, Future[None]]] = []
+        self._waiter_sequence = itertools.count()
 
     # -- reading the log -----------------------------------------------------------------------
 
@@ -152,6 +158,15 @@ class MachineRequestsProjection:
             if position > self._position:
                 self._position = position
                 self._changed.notify_all()
+            reached = self._reached_waiters()
+        _release(reached)
+
+    def _reached_waiters(self) -> list[Future[None]]:
+        """Pop the position waiters the model has reached; call holding ``_changed``."""
+        waiters, reached = self._position_waiters, []
+        while waiters and waiters[0][0] <= self._position:
+            reached.append(heapq.heappop(waiters)[2])
+        return reached
 
     def apply(self, record: RecordedEvent) -> None:
         """Fold one event; events at or before :attr:`position` are ignored (already applied)."""
@@ -166,8 +181,10 @@ class MachineRequestsProjection:
                     if view.terminal:
                         done.extend((f, view) for f in self._watchers.pop(view.request_id, ()))
             self._changed.notify_all()
+            reached = self._reached_waiters() if self._position_waiters else []
         for future, view in done:
             _resolve(future, view)
+        _release(reached)
 
     def _is_ours(self, record: RecordedEvent) -> bool:
         stream = record.stream_id
@@ -272,6 +289,19 @@ class MachineRequestsProjection:
         with self._changed:
             return self._changed.wait_for(lambda: self._position >= position, timeout=timeout)
 
+    def reached(self, position: int) -> Future[None]:
+        """A future resolved once the model has read up to ``position`` (at once if it has):
+        :meth:`wait_for_position` for callers that must not block, such as an event loop."""
+        future: Future[None] = Future()
+        with self._changed:
+            if self._position < position:
+                heapq.heappush(
+                    self._position_waiters, (position, next(self._waiter_sequence), future)
+                )
+                return future
+        _release([future])
+        return future
+
     def watch(self, request_id: str) -> Future[RequestView]:
         """A future resolved with the request's view once it is terminal (at once if it is).
 
@@ -299,6 +329,12 @@ class MachineRequestsProjection:
                     futures.remove(future)
                     if not futures:
                         del self._watchers[request_id]
+
+
+def _release(futures: list[Future[None]]) -> None:
+    for future in futures:
+        if future.set_running_or_notify_cancel():
+            future.set_result(None)
 
 
 def _resolve(future: Future[RequestView], view: RequestView) -> None:

@@ -18,15 +18,20 @@ not validate get FastAPI's ``422``.
 
 Each request is one decision appended to its node's stream before the answer; concurrent
 requests are batched into shared appends and group commits (see
-:mod:`fleetledger.adapters.nodes.service`), which is why the handlers are plain functions run on
-the server's thread pool.
+:mod:`fleetledger.adapters.nodes.service`). The agents' handler is a coroutine that awaits the
+decision's future, served by a :class:`~.lean.LeanRoute`: no thread is held per agent while its
+append is in flight, no thread hop is paid per request (a pod the process does not know yet is
+located on the thread pool, since that reads the log), and no more framework than validation.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+from functools import partial
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
@@ -44,6 +49,8 @@ from fleetledger.adapters.nodes import (
 from fleetledger.domain.nodes import MILLI_PER_CPU
 from fleetledger.projections.dumpstate import dumpstate_at, with_subnets
 from fleetledger.projections.nodes import dump_json
+
+from .lean import LeanRoute
 
 __all__ = [
     "FRACTIONAL_CPU_SINCE",
@@ -82,8 +89,8 @@ def agents_router(runtime: NodesRuntime) -> APIRouter:
     """The agents' endpoint and dumpstate over ``runtime``."""
     router = APIRouter(tags=["nodes"])
 
-    @router.post("/v1/agent/resources")
-    def agent_resources(body: AgentResourcesBody) -> JSONResponse:
+    async def agent_resources(body: AgentResourcesBody) -> JSONResponse:
+        """Grant the pod's permit: the new reserved amounts and the compute unit."""
         if body.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
             return _error(
                 400,
@@ -95,17 +102,31 @@ def agents_router(runtime: NodesRuntime) -> APIRouter:
             return _error(400, f"cpu {body.cpu} is finer than a milli-CPU; round it")
         if not runtime.running:
             return _error(503, "the node runtime is not running", retry_after=1)
+        service = runtime.service
+        amounts: dict[str, Any] = {
+            "cpu_milli": cpu_milli,
+            "memory_slots": body.memory,
+            "fractional_cpu": body.protocol_version >= FRACTIONAL_CPU_SINCE,
+            "load": None if body.metrics is None else float(body.metrics.load_average_1min),
+        }
         try:
-            grant = runtime.service.request_resources(
-                body.pod,
-                cpu_milli=cpu_milli,
-                memory_slots=body.memory,
-                fractional_cpu=body.protocol_version >= FRACTIONAL_CPU_SINCE,
-                load=None if body.metrics is None else float(body.metrics.load_average_1min),
-            )
+            pending = service.submit_resources(body.pod, **amounts)
+            if pending is not None:
+                grant = await asyncio.wrap_future(pending)
+            else:
+                grant = await run_in_threadpool(
+                    partial(service.request_resources, body.pod, **amounts)
+                )
         except NodesError as e:
             return _refused(e)
         return JSONResponse(_granted(grant))
+
+    router.add_api_route(
+        "/v1/agent/resources",
+        agent_resources,
+        methods=["POST"],
+        route_class_override=LeanRoute,
+    )
 
     @router.get("/v1/dumpstate")
     def dumpstate(

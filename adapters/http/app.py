@@ -8,19 +8,21 @@
                                            long-polls until the outcome is known
 ``GET /healthz``                           liveness: the runtime is running; its role (leader
                                            or follower) and leader term
-``GET /readyz``                            readiness: the schema is at head and the read model
-                                           has caught up with the log; role and term
+``GET /readyz``                            readiness: the schema is at head, the read model
+                                           has caught up with the log, no reactor stopped and
+                                           no leader duty keeps failing; role and term
 =========================================  =====================================================
 
 With API tokens configured (:mod:`.auth`) every route but ``/healthz``, ``/readyz`` and
 ``/metrics`` needs ``Authorization: Bearer <token>``; ``401`` with ``WWW-Authenticate`` otherwise.
 
-Errors, each with the standard ``{"detail": …}`` body: ``400`` for a body that is not JSON at all,
-``413`` for a body over ``max_body_bytes`` (:mod:`.limits`), ``422`` for a body that does not
-validate (``detail[].loc`` names the field at fault, ``msg`` says why; the offending value is not
-echoed back), ``409`` when the grouper refuses a request (a machine name in use, a request id
-reused with other content), ``404`` for an unknown request id, ``503`` (with ``Retry-After``)
-while the log is unreachable or the runtime is not running. Nothing is appended for any of them.
+Errors, each with the standard ``{"detail": …}`` body: ``413`` for a body over
+``max_body_bytes`` (:mod:`.limits`), ``422`` for a body that is not JSON or does not validate
+(``detail[].loc`` names the field at fault, ``msg`` says why; the offending value is not echoed
+back), ``400`` for a body FastAPI cannot read at all (sent as another content type), ``409`` when
+the grouper refuses a request (a machine name in use, a request id reused with other content),
+``404`` for an unknown request id, ``503`` (with ``Retry-After``) while the log is unreachable or
+the runtime is not running. Nothing is appended for any of them.
 
 A request that was kept is never answered with an error: once the log has it, a failure to wait
 for the read model (read-your-writes) is logged and the ``202`` still sent, and status URLs are
@@ -28,7 +30,9 @@ percent-encoded so that every id gives a working URL and a valid ``Location`` he
 
 Reads come from the runtime's read model (:mod:`fleetledger.projections.machine_requests`). A
 ``POST`` returns only once the read model has folded what it appended, so a ``GET`` right after it
-finds the request. The long-poll awaits a future the read model resolves when the request reaches
+finds the request. The ``POST`` handler is a coroutine on a :class:`~.lean.LeanRoute`: it awaits
+the grouper's decision and the read model as futures, holding no thread while the append is in
+flight. The long-poll awaits a future the read model resolves when the request reaches
 its outcome: no thread is held and no loop polls while a client waits.
 """
 
@@ -38,11 +42,12 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Annotated, Any, Protocol
 from urllib.parse import quote
 
 import structlog
-from fastapi import APIRouter, FastAPI, Query, Request, Response, status
+from fastapi import APIRouter, FastAPI, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -61,6 +66,7 @@ from fleetledger.domain.errors import InvalidCommand
 from fleetledger.eventstore import EventStoreError, SchemaOutOfDate
 
 from .auth import ApiTokens, BearerAuth, document_bearer_auth
+from .lean import LeanRoute
 from .limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit, checked_max_body_bytes
 from .models import AcceptedResponse, MachineRequestBody, MachinesBody, MachineStatusResponse
 
@@ -151,23 +157,29 @@ def create_app(
         app.add_middleware(BearerAuth, tokens=tokens)
         document_bearer_auth(app)
 
-    @app.post(
-        "/v1/machines",
-        status_code=status.HTTP_202_ACCEPTED,
-        response_model=AcceptedResponse,
-        responses={409: {"description": "the grouper refused a request"}, **_ERRORS},
-    )
-    def create_machines(body: MachinesBody, response: Response) -> AcceptedResponse:
+    async def create_machines(body: MachinesBody) -> JSONResponse:
         """Enqueue machine requests; their outcomes follow at the status URLs."""
         if not runtime.running:
             raise RuntimeStopped("the machines runtime is not running")
         requests = [_domain_request(index, item) for index, item in enumerate(body.requests)]
-        accepted = runtime.service.request(requests)
-        _read_your_writes(runtime, accepted.last_position)
+        accepted = await asyncio.wrap_future(runtime.service.submit(requests))
+        await _read_your_writes(runtime, accepted.last_position)
         urls = [status_url(request_id) for request_id in accepted.request_ids]
-        if len(urls) == 1:
-            response.headers["Location"] = urls[0]
-        return AcceptedResponse(request_ids=list(accepted.request_ids), status_urls=urls)
+        answer = AcceptedResponse(request_ids=list(accepted.request_ids), status_urls=urls)
+        headers = {"Location": urls[0]} if len(urls) == 1 else None
+        return _JSON(answer.model_dump(), status_code=status.HTTP_202_ACCEPTED, headers=headers)
+
+    hot = APIRouter()
+    hot.add_api_route(
+        "/v1/machines",
+        create_machines,
+        methods=["POST"],
+        status_code=status.HTTP_202_ACCEPTED,
+        response_model=AcceptedResponse,
+        responses={409: {"description": "the grouper refused a request"}, **_ERRORS},
+        route_class_override=LeanRoute,
+    )
+    app.include_router(hot)
 
     # ``:path`` so that an id holding a "/" (taken through another door than this API's, whose
     # ids cannot) still finds its request from its percent-encoded URL.
@@ -226,13 +238,24 @@ def _tokens(api_tokens: ApiTokens | Iterable[str] | None) -> ApiTokens | None:
     return ApiTokens(api_tokens)
 
 
-def _read_your_writes(runtime: MachinesRuntime, position: int | None) -> None:
+async def _read_your_writes(runtime: MachinesRuntime, position: int | None) -> None:
     """Wait for the read model to fold ``position`` (the head, for a repeat that appended
     nothing). The requests are kept whatever happens here, so a failure is logged, not raised:
     answering an error would make the caller retry a request that is already in the log."""
     try:
-        target = position if position is not None else runtime.store.head()
-        if not runtime.wait_until_read(target, timeout=_READ_YOUR_WRITES_SECONDS):
+        target = position if position is not None else await run_in_threadpool(runtime.store.head)
+        read = runtime.read_up_to(target)
+        if read is None:
+            caught_up = await run_in_threadpool(
+                partial(runtime.wait_until_read, target, timeout=_READ_YOUR_WRITES_SECONDS)
+            )
+        else:
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(read), _READ_YOUR_WRITES_SECONDS)
+                caught_up = True
+            except TimeoutError:
+                caught_up = False
+        if not caught_up:
             log.warning("read model did not catch up before answering", position=target)
     except (EventStoreError, MachinesError) as e:
         log.warning("could not wait for the read model after a kept request", error=str(e))
@@ -243,19 +266,23 @@ def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
 
     @app.get("/healthz", responses=probe_errors)
     def healthz() -> JSONResponse:
-        """Liveness: 200 while the runtime runs, 503 otherwise."""
+        """Liveness: 200 while the runtime runs, 503 otherwise. A stalled duty does not make
+        the process dead (restarting it would not unstall a log that refuses its writes), but it
+        is listed under ``stalls``; readiness fails on it."""
         body = {
             "status": "ok" if runtime.running else "stopped",
             "role": runtime.role,
             "term": runtime.term,
             "grouper": runtime.service.grouper_name,
             "requests": runtime.projection.counts(),
+            "stalls": runtime.stalls(),
         }
         return _JSON(body, status_code=200 if runtime.running else 503)
 
     @app.get("/readyz", responses=probe_errors)
     def readyz() -> JSONResponse:
-        """Readiness: 200 when the schema is at head and the read model has caught up."""
+        """Readiness: 200 when the schema is at head, the read model has caught up, and no
+        reactor stopped nor leader duty keeps failing (each named under ``problems``)."""
         problems: list[str] = []
         try:
             head = runtime.store.head()
@@ -273,6 +300,7 @@ def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
         if not runtime.running:
             problems.append("runtime not running")
         problems.extend(f"reactor stopped: {failure}" for failure in runtime.reactor_failures())
+        problems.extend(f"duty stalled: {stall}" for stall in runtime.stalls())
         body = {
             "status": "ready" if not problems else "not ready",
             "role": runtime.role,

@@ -34,7 +34,7 @@ from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactors
 from fleetledger.domain.ipam import IpamConfig
 from fleetledger.eventstore import EventStore
-from fleetledger.projections.subnets import SubnetsProjection
+from fleetledger.projections.subnets import SUBNET_EVENT_TYPE_NAMES, SubnetsProjection
 
 from .allocator import IpAllocator
 from .reactions import SubnetReactions
@@ -116,7 +116,7 @@ class IpamRuntime:
             store, [self.reactions.reactor], poll_interval=reactor_poll_seconds
         )
         self.projection = SubnetsProjection()
-        self._follower = LogFollower(store, self.projection)
+        self._follower = LogFollower(store, self.projection, types=SUBNET_EVENT_TYPE_NAMES)
         self._running = False
         self.duties = Duties(
             leadership,

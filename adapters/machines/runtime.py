@@ -26,6 +26,8 @@ they choose.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
@@ -50,7 +52,7 @@ from fleetledger.domain.grouper import (
 )
 from fleetledger.domain.machine_batch import DEFAULT_MAX_ATTEMPTS
 from fleetledger.eventstore import EventStore, RecordedEvent
-from fleetledger.projections.machine_requests import MachineRequestsProjection
+from fleetledger.projections.machine_requests import REQUEST_EVENT_TYPES, MachineRequestsProjection
 
 from .coordinator import Coordinator, CoordinatorOptions
 from .driver import GrouperDriver
@@ -59,6 +61,7 @@ from .facade import Machines
 from .outcomes import MachineOutcome
 from .records import GROUPER_CODEC
 from .service import MachineService
+from .stalls import DutyWatch
 from .streams import DEFAULT_GROUPER, batch_stream_prefix, grouper_stream_id
 
 __all__ = ["SHUTTING_DOWN", "MachinesRuntime"]
@@ -128,12 +131,15 @@ class MachinesRuntime:
             retry=retry,
             writer=writer,
         )
-        self.driver = GrouperDriver(self.service, clock=self.clock)
+        # The leader's duties on the grouper stream, watched so that one failing for good (a
+        # seal the log refuses) shows in readiness rather than only in a log line per retry.
+        self.duty_watch = DutyWatch(clock=self.clock)
+        self.driver = GrouperDriver(self.service, clock=self.clock, watch=self.duty_watch)
         self.projection = MachineRequestsProjection(
             grouper_stream=grouper_stream_id(grouper_name),
             batch_stream_prefix=batch_stream_prefix(grouper_name),
         )
-        self._follower = LogFollower(store, self.projection)
+        self._follower = LogFollower(store, self.projection, types=REQUEST_EVENT_TYPES)
         # Followers accept requests too: the leader learns of their requests and seals through
         # this reactor (catching its grouper up, so the driver sees their deadlines and the
         # coordinator their batches). A batch this process seals is handed over directly as
@@ -190,9 +196,22 @@ class MachinesRuntime:
             self.projection.catch_up(self.store)
         return self.projection.wait_for_position(position, timeout=timeout)
 
+    def read_up_to(self, position: int) -> Future[None] | None:
+        """A future resolved once the read model has folded the log up to ``position``: the
+        non-blocking :meth:`wait_until_read`. ``None`` when no follower thread reads
+        (``threads=False``): the caller must read, with :meth:`wait_until_read`."""
+        if not self._follower.running:
+            return None
+        return self.projection.reached(position)
+
     def reactor_failures(self) -> list[str]:
         """What stopped a reactor, if anything did (for readiness)."""
         return self._reactors.failures()
+
+    def stalls(self) -> list[str]:
+        """The leader's duties that keep failing, each named with its last error (for
+        readiness); empty while they make progress."""
+        return [stall.describe() for stall in self.duty_watch.stalls()]
 
     def start(self) -> MachinesRuntime:
         """Load, catch the read model up, follow the log; lead now (no leadership configured)
@@ -236,6 +255,8 @@ class MachinesRuntime:
                 "batches still in flight at shutdown; they resume on the next leader",
                 batches=list(self.coordinator.in_flight()),
             )
+        # Batches waiting out a log outage stop waiting (they resume on the next leader).
+        self.coordinator.halt()
         self.duties.relinquish()
         if isinstance(self._runner, ThreadRunner):
             self._runner.shutdown(wait=False)
@@ -255,6 +276,8 @@ class MachinesRuntime:
     # -- leading and following -------------------------------------------------------------------
 
     def _lead(self, term: int | None) -> None:
+        self.duty_watch.clear()
+        self.coordinator.resume()
         unfinished = self.service.unfinished_batches()
         if unfinished:
             log.info(
@@ -274,6 +297,8 @@ class MachinesRuntime:
         # duties to stop without waiting for them; a fenced append cannot land anyway.
         self.driver.stop(timeout=0)
         self._reactors.stop(timeout=0)
+        self.duty_watch.clear()
+        self.coordinator.halt()
 
     def _sealed_here(self, batch_ids: tuple[str, ...]) -> None:
         if self.leading:
@@ -304,4 +329,9 @@ class MachinesRuntime:
             created=created,
             failed=len(outcomes) - created,
         )
-        self.service.record_batch_outcomes(batch_id, outcomes, causation_id=completed_event_id)
+        self.duty_watch.run(
+            "recording batch outcomes",
+            lambda: self.service.record_batch_outcomes(
+                batch_id, outcomes, causation_id=completed_event_id
+            ),
+        )

@@ -36,6 +36,7 @@ from fleetledger.adapters.runtime import (
     Decision,
     Folded,
     HostedStream,
+    Plan,
     RetryPolicy,
     Writer,
     opening_append,
@@ -121,7 +122,7 @@ class MachineService:
         self._batches = batch_aggregate(self._name)
         self._stream: HostedStream[GrouperState, GrouperCommand, GrouperEvent] = HostedStream(
             store,
-            grouper_aggregate(config),
+            grouper_aggregate(config, max_event_bytes=store.max_event_bytes),
             grouper_stream_id(self._name),
             clock=clock,
             writer=self._writer,
@@ -208,6 +209,35 @@ class MachineService:
         Raises :class:`InvalidRequest` or :class:`RequestRejected` naming the request at fault
         (by ``index``), :class:`LogUnavailable` or :class:`LogContention`.
         """
+        ids, commands = self._request_plan(requests)
+        decision = self._execute(commands)
+        return Accepted(ids, _sealed(decision), decision.last_position)
+
+    def submit(self, requests: Sequence[MachineRequest]) -> Future[Accepted]:
+        """:meth:`request` without blocking the caller (an event loop): the future resolves with
+        what was accepted, or fails with the error ``request`` would raise."""
+        ids, commands = self._request_plan(requests)
+        accepted: Future[Accepted] = Future()
+
+        def answer(decided: Future[Decision[GrouperEvent]]) -> None:
+            try:
+                with _translated():
+                    decision = decided.result()
+            except CommandRefused as e:
+                refusal = _refusal(e)
+                refusal.__cause__ = e.error
+                accepted.set_exception(refusal)
+            except BaseException as e:
+                accepted.set_exception(e)
+            else:
+                accepted.set_result(Accepted(ids, _sealed(decision), decision.last_position))
+
+        self._stream.submit(commands).add_done_callback(answer)
+        return accepted
+
+    def _request_plan(
+        self, requests: Sequence[MachineRequest]
+    ) -> tuple[tuple[str, ...], Plan[GrouperCommand]]:
         if not requests:
             raise InvalidRequest("send at least one machine request", field="requests")
         skip_default = should_skip_batching()
@@ -230,8 +260,7 @@ class MachineService:
                 for request_id, r in zip(ids, requests, strict=True)
             ]
 
-        decision = self._execute(commands)
-        return Accepted(ids, _sealed(decision), decision.last_position)
+        return ids, commands
 
     def tick(self) -> tuple[str, ...]:
         """Seal every batch whose deadline has passed; returns the sealed batch ids."""
@@ -291,11 +320,7 @@ class MachineService:
             with _translated():
                 return self._stream.execute(commands, duty=duty)
         except CommandRefused as e:
-            if isinstance(e.error, InvalidCommand):
-                raise InvalidRequest(
-                    str(e.error), index=e.index, field=_field_of(str(e.error))
-                ) from e.error
-            raise RequestRejected(e.error.reason, index=e.index) from e.error
+            raise _refusal(e) from e.error
 
     def _open_sealed_batches(
         self, events: Sequence[GrouperEvent], records: Sequence[NewEvent], at: datetime
@@ -375,6 +400,14 @@ def _translated() -> Iterator[None]:
         raise LogContention(
             f"{e}; is another controller writing to the same grouper? Run one leader per database"
         ) from e
+
+
+def _refusal(refused: CommandRefused) -> MachinesError:
+    """The grouper's refusal of one request, as this package's error naming it."""
+    error = refused.error
+    if isinstance(error, InvalidCommand):
+        return InvalidRequest(str(error), index=refused.index, field=_field_of(str(error)))
+    return RequestRejected(error.reason, index=refused.index)
 
 
 def _resolve(future: Future[MachineOutcome], outcome: MachineOutcome) -> None:

@@ -31,7 +31,7 @@ from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactors
 from fleetledger.domain.nodes import NodeConfig, StartupRule
 from fleetledger.eventstore import EventStore
-from fleetledger.projections.nodes import NodesProjection, dump_json
+from fleetledger.projections.nodes import NODE_EVENT_TYPE_NAMES, NodesProjection, dump_json
 
 from .errors import RuntimeStopped
 from .migrations import FakeMigrations, Migrations, migration_reactor
@@ -91,7 +91,7 @@ class NodesRuntime:
             locate=self._locate,
         )
         self.sync = ClusterSync(self.service, cluster, config=config, node_label=node_label)
-        self._follower = LogFollower(store, self.projection)
+        self._follower = LogFollower(store, self.projection, types=NODE_EVENT_TYPE_NAMES)
         self._reactors = Reactors(
             store,
             [migration_reactor(self.service, self.migrations)],

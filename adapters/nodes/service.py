@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeAlias
@@ -21,6 +22,7 @@ from typing import TypeAlias
 from fleetledger.adapters.clock import Clock
 from fleetledger.adapters.runtime import (
     CommandRefused,
+    Decision,
     Deposed,
     Folded,
     HostedStream,
@@ -196,50 +198,45 @@ class NodeService:
         stream = self.stream(node)
         if located:
             stream.load()  # the pod was reserved by another process: fold its append first
-
-        def plan(at: datetime) -> list[tuple[NodeCommand, str]]:
-            command = AgentResourcesRequest(
-                pod,
-                cpu_milli,
-                memory_slots,
-                at=at,
-                fractional_cpu=fractional_cpu,
-                load=load,
-            )
-            return [(command, f"agent:{pod}")]
-
+        plan = _agent_plan(pod, cpu_milli, memory_slots, fractional_cpu, load)
         try:
             decision = stream.execute(plan)
         except Exception as e:
             raise _translated(e) from e
-        granted = [e for e in decision.events if isinstance(e, ResourcesGranted)]
-        if not granted:
-            raise NodesError(f"node {node} answered {pod}'s request with no grant")
-        grant = granted[-1]
-        warnings = tuple(
-            f"{e.resource} {e.amount} is not a multiple of the compute unit {e.compute_unit} "
-            "last sent to this pod"
-            for e in decision.events
-            if isinstance(e, ComputeUnitViolated)
-        )
-        migrating = any(
-            isinstance(e, nodes.MigrationStarted) and e.pod == pod for e in decision.events
-        )
-        if not migrating:
-            current = stream.state.vm_pods.get(pod)
-            migrating = current is not None and current.migrating
-        return Grant(
-            pod=pod,
-            node=node,
-            cpu_milli=grant.cpu_milli,
-            memory_slots=grant.memory_slots,
-            compute_unit=grant.compute_unit,
-            cpu_pressure=grant.cpu_pressure,
-            memory_pressure=grant.memory_pressure,
-            migrating=migrating,
-            warnings=warnings,
-            position=decision.last_position,
-        )
+        return _grant(node, pod, stream, decision)
+
+    def submit_resources(
+        self,
+        pod: str,
+        *,
+        cpu_milli: int,
+        memory_slots: int,
+        fractional_cpu: bool = True,
+        load: float | None = None,
+    ) -> Future[Grant] | None:
+        """:meth:`request_resources` without blocking, for a pod this process already knows:
+        the future resolves with the grant or its :class:`NodesError`. ``None`` for a pod
+        not in the index (locating it reads the log: call :meth:`request_resources` then)."""
+        node = self.node_of(pod)
+        if node is None:
+            return None
+        stream = self.stream(node)
+        decided = stream.submit(_agent_plan(pod, cpu_milli, memory_slots, fractional_cpu, load))
+        granted: Future[Grant] = Future()
+
+        def answer(done: Future[Decision[NodeEvent]]) -> None:
+            try:
+                granted.set_result(_grant(node, pod, stream, done.result()))
+            except NodesError as e:
+                granted.set_exception(e)
+            except Exception as e:
+                try:
+                    granted.set_exception(_translated(e))
+                except Exception as untranslated:
+                    granted.set_exception(untranslated)
+
+        decided.add_done_callback(answer)
+        return granted
 
     # -- the pod index -----------------------------------------------------------------------
 
@@ -257,6 +254,47 @@ class NodeService:
                 del self._pods[pod]
             for pod in here:
                 self._pods[pod] = node
+
+
+def _agent_plan(
+    pod: str, cpu_milli: int, memory_slots: int, fractional_cpu: bool, load: float | None
+) -> Callable[[datetime], list[tuple[NodeCommand, str]]]:
+    def plan(at: datetime) -> list[tuple[NodeCommand, str]]:
+        command = AgentResourcesRequest(
+            pod, cpu_milli, memory_slots, at=at, fractional_cpu=fractional_cpu, load=load
+        )
+        return [(command, f"agent:{pod}")]
+
+    return plan
+
+
+def _grant(node: str, pod: str, stream: NodeStream, decision: Decision[NodeEvent]) -> Grant:
+    granted = [e for e in decision.events if isinstance(e, ResourcesGranted)]
+    if not granted:
+        raise NodesError(f"node {node} answered {pod}'s request with no grant")
+    grant = granted[-1]
+    warnings = tuple(
+        f"{e.resource} {e.amount} is not a multiple of the compute unit {e.compute_unit} "
+        "last sent to this pod"
+        for e in decision.events
+        if isinstance(e, ComputeUnitViolated)
+    )
+    migrating = any(isinstance(e, nodes.MigrationStarted) and e.pod == pod for e in decision.events)
+    if not migrating:
+        current = stream.state.vm_pods.get(pod)
+        migrating = current is not None and current.migrating
+    return Grant(
+        pod=pod,
+        node=node,
+        cpu_milli=grant.cpu_milli,
+        memory_slots=grant.memory_slots,
+        compute_unit=grant.compute_unit,
+        cpu_pressure=grant.cpu_pressure,
+        memory_pressure=grant.memory_pressure,
+        migrating=migrating,
+        warnings=warnings,
+        position=decision.last_position,
+    )
 
 
 def _translated(error: Exception) -> NodesError:

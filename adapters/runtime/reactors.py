@@ -92,6 +92,7 @@ class Reactors:
                 reactor.handle,
                 types=reactor.type_names(),
                 poll_interval=self._poll_interval,
+                handler_writes=False,
             )
             for reactor in self._reactors
         ]
@@ -107,6 +108,7 @@ class Reactors:
                     types=reactor.type_names(),
                     poll_interval=self._poll_interval,
                     start=False,
+                    handler_writes=False,
                 )
                 for reactor in self._reactors
             ]

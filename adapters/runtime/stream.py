@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
@@ -134,18 +135,31 @@ class Folded(Generic[E]):
     event_id: str
 
 
-class _Submission(Generic[C, E]):
-    __slots__ = ("done", "duty", "error", "plan", "result")
+# Groups whose submitters do not lead themselves (``submit``) are decided and appended on these
+# threads, shared by every hosted stream: a thread per stream would mean thousands for a fleet's
+# nodes. Their appends still meet in the store's group commit.
+_COMMITTERS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="stream-committer")
 
-    def __init__(self, plan: Plan[C], duty: bool) -> None:
+
+class _Submission(Generic[C, E]):
+    __slots__ = ("done", "duty", "error", "future", "plan", "result")
+
+    def __init__(self, plan: Plan[C], duty: bool, future: Future[Decision[E]] | None) -> None:
         self.plan = plan
         self.duty = duty
+        self.future = future
         self.done = False
         self.result: Decision[E] | None = None
         self.error: BaseException | None = None
 
     def finish(self, result: Decision[E] | None = None, error: BaseException | None = None) -> None:
         self.result, self.error, self.done = result, error, True
+        future = self.future
+        if future is not None and future.set_running_or_notify_cancel():
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)  # type: ignore[arg-type]
 
 
 class HostedStream(Generic[S, C, E]):
@@ -279,7 +293,7 @@ class HostedStream(Generic[S, C, E]):
         Raises :class:`CommandRefused` (nothing of this call appended), ``LogUnavailable``,
         :class:`LogContention`, or :class:`Deposed` for a duty whose term was fenced.
         """
-        submission: _Submission[C, E] = _Submission(plan, duty)
+        submission: _Submission[C, E] = _Submission(plan, duty, None)
         with self._queue_changed:
             self._queue.append(submission)
             while self._leading and not submission.done:
@@ -290,20 +304,73 @@ class HostedStream(Generic[S, C, E]):
                 group, self._queue = self._queue, []
         if leads:
             try:
-                # The leader decides and appends holding the fold lock, so a concurrent load()
-                # cannot fold the group's events a second time.
-                with self._fold:
-                    self._ensure_loaded()
-                    self._run_group(group)
+                self._lead(group)
             finally:
-                with self._queue_changed:
-                    self._leading = False
-                    self._queue_changed.notify_all()
+                self._pass_on()
+                # Observers hear of the group only once this caller no longer leads: one that
+                # executes on this stream in turn (an inline reactor) would otherwise wait for
+                # its own caller.
                 self._announce()
         if submission.error is not None:
             raise submission.error
         assert submission.result is not None
         return submission.result
+
+    def submit(self, plan: Plan[C], *, duty: bool = False) -> Future[Decision[E]]:
+        """:meth:`execute` without blocking the caller: the future resolves with the decision or
+        the error ``execute`` would raise. For callers on an event loop, which must not wait
+        for the log on their own thread: the group is decided on a committer thread."""
+        future: Future[Decision[E]] = Future()
+        submission: _Submission[C, E] = _Submission(plan, duty, future)
+        with self._queue_changed:
+            self._queue.append(submission)
+            if self._leading:
+                return future
+            self._leading = True
+        _COMMITTERS.submit(self._lead_queued)
+        return future
+
+    def _lead(self, group: list[_Submission[C, E]]) -> None:
+        """Decide and append ``group`` as the leader (observers are told by the caller, once
+        it has passed the leadership on)."""
+        try:
+            # The leader decides and appends holding the fold lock, so a concurrent load()
+            # cannot fold the group's events a second time.
+            with self._fold:
+                try:
+                    self._ensure_loaded()
+                except BaseException as e:
+                    for submission in group:
+                        submission.finish(error=e)
+                    raise
+                self._run_group(group)
+        finally:
+            with self._queue_changed:
+                self._queue_changed.notify_all()
+
+    def _pass_on(self) -> None:
+        """The leader is done with its group: submissions queued meanwhile are led on a
+        committer thread (blocked callers of ``execute`` among them are woken when theirs are
+        done), or nobody leads."""
+        with self._queue_changed:
+            if not self._queue:
+                self._leading = False
+                self._queue_changed.notify_all()
+                return
+        _COMMITTERS.submit(self._lead_queued)
+
+    def _lead_queued(self) -> None:
+        """One group on a committer thread; the next, if any, on another turn of the pool."""
+        with self._queue_changed:
+            group, self._queue = self._queue, []
+        try:
+            self._lead(group)
+        except Exception as e:
+            # Every submission of the group has its error; the stream goes on.
+            log.debug("a group failed on a committer thread", stream=self.stream_id, error=str(e))
+        finally:
+            self._pass_on()
+            self._announce()
 
     def _run_group(self, group: list[_Submission[C, E]]) -> None:
         try:

@@ -10,6 +10,7 @@ from fleetledger.eventstore import (
     EventStore,
     InvalidEvent,
     RecordedEvent,
+    StoreUnavailable,
     Subscription,
     SubscriptionFailed,
 )
@@ -222,6 +223,48 @@ class TestFailure:
         assert subscription.failure.position == 4
         assert recorder.seen == [1, 2, 3]
         assert subscribe(store, "projector", Recorder()).position == 3
+
+    def test_a_handler_that_writes_nothing_stops_at_the_failing_event_too(
+        self, store: EventStore
+    ) -> None:
+        """Without savepoints (``handler_writes=False``) the checkpoint still stops just
+        before the failing event."""
+        store.append("vm-1", new_events(5))
+        recorder = Recorder(fail_at=4)
+        subscription = store.subscribe("reactor", recorder, start=False, handler_writes=False)
+
+        with pytest.raises(SubscriptionFailed):
+            subscription.run_until_caught_up()
+
+        assert recorder.seen == [1, 2, 3]
+        assert store.subscribe("reactor", Recorder(), start=False).position == 3
+
+    def test_a_handler_failing_because_the_log_is_down_is_retried_not_stopped(
+        self, store: EventStore
+    ) -> None:
+        """An outage seen by a handler (a StoreUnavailable, even wrapped in its own error) rolls
+        the page back and leaves the subscription able to go on: it is not a poison event."""
+        store.append("vm-1", new_events(3))
+        outage = True
+
+        class Wrapped(RuntimeError):
+            pass
+
+        def handler(event: RecordedEvent, conn: sa.Connection) -> None:
+            if outage and event.global_position == 2:
+                raise Wrapped("could not reload") from StoreUnavailable("server closed")
+            seen.append(event.global_position)
+
+        seen: list[int] = []
+        subscription = store.subscribe("reader", handler, start=False)
+        with pytest.raises(Wrapped):
+            subscription.run_until_caught_up()
+        assert subscription.failure is None
+        assert subscription.position == 0
+
+        outage = False
+        assert subscription.run_until_caught_up() == 3
+        assert seen == [1, 1, 2, 3]
 
     def test_resumes_at_the_failing_event_after_the_fix(self, store: EventStore) -> None:
         """Started again after the handler is fixed, it handles the failed event and the rest."""

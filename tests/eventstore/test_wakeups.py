@@ -111,6 +111,28 @@ class TestNotifier:
         ]
 
 
+class TestInProcess:
+    def test_an_append_wakes_a_waiter_for_its_types(self, store: EventStore) -> None:
+        seen = store.wake_sequence()
+        store.append("vm-1", new_events(1, type="Wanted"))
+
+        assert store.wait_for_wake(seen, timeout=0, types=["Wanted", "Also"])
+
+    def test_an_append_of_other_types_lets_a_typed_waiter_sleep(self, store: EventStore) -> None:
+        """A reader of some types is not sent to read after another capability's append."""
+        seen = store.wake_sequence()
+        store.append("vm-1", new_events(1, type="Other"))
+
+        assert not store.wait_for_wake(seen, timeout=0, types=["Wanted"])
+        assert store.wait_for_wake(seen, timeout=0)
+
+    def test_an_explicit_wake_reaches_every_waiter(self, store: EventStore) -> None:
+        seen = store.wake_sequence()
+        store.wake()
+
+        assert store.wait_for_wake(seen, timeout=0, types=["Wanted"])
+
+
 class TestAcrossStores:
     def test_an_append_wakes_a_subscriber_of_another_store_before_its_poll(
         self, postgres_url: str

@@ -189,6 +189,22 @@ class TestWaiting:
 
         assert (before, after) == (False, True)
 
+    def test_reached_resolves_once_read_that_far(
+        self, sqlite_store: EventStore, runtime: MachinesRuntime
+    ) -> None:
+        """The non-blocking read-your-writes: the future resolves when the model gets there,
+        and at once for a position already read."""
+        accepted = runtime.service.request([request(1)])
+        model = projection()
+        assert accepted.last_position is not None
+
+        pending = model.reached(accepted.last_position)
+        assert not pending.done()
+        model.catch_up(sqlite_store)
+
+        assert pending.done()
+        assert model.reached(accepted.last_position).done()
+
 
 class TestFollower:
     def test_a_running_runtime_keeps_its_model_current(self, sqlite_url: str) -> None:

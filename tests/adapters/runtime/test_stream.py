@@ -115,6 +115,60 @@ class TestGroupDecisions:
         assert stream.state.total == 3
 
 
+class TestSubmit:
+    def test_the_future_resolves_with_the_decision(self, store: EventStore) -> None:
+        """submit() returns at once; its future carries what execute() would return."""
+        stream: Hosted = HostedStream(store, COUNTER, "counter-s", clock=ManualClock(EPOCH))
+
+        decision = stream.submit(plan("s-1", 2)).result(timeout=10)  # type: ignore[arg-type]
+
+        assert [e.request_id for e in decision.events] == ["s-1"]  # type: ignore[union-attr]
+        assert decision.last_position == store.head()
+        assert stream.state.total == 2
+
+    def test_a_refusal_fails_the_future(self, store: EventStore) -> None:
+        """The future fails with the CommandRefused execute() would raise; nothing appended."""
+        stream: Hosted = HostedStream(store, COUNTER, "counter-sr", clock=ManualClock(EPOCH))
+
+        with pytest.raises(CommandRefused):
+            stream.submit(plan("bad", 0)).result(timeout=10)  # type: ignore[arg-type]
+        assert store.read_stream("counter-sr") == []
+
+    def test_submissions_during_an_append_share_the_next_one(self, store: EventStore) -> None:
+        """Submitted while a caller's append is in flight, they are decided together on a
+        committer thread once it lands: one more append, not one each."""
+        gated = GatedStore(store)
+        stream: Hosted = HostedStream(gated, COUNTER, "counter-sg", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+        first = threading.Thread(target=stream.execute, args=(plan("r-0"),))
+        first.start()
+        assert gated.entered.wait(10)
+
+        futures = [stream.submit(plan(f"r-{n}")) for n in range(1, 6)]  # type: ignore[arg-type]
+        gated.gate.set()
+        decisions = [future.result(timeout=10) for future in futures]
+        first.join(10)
+
+        assert gated.appends == [1, 5]
+        assert [d.events[0].request_id for d in decisions] == [f"r-{n}" for n in range(1, 6)]  # type: ignore[union-attr]
+        assert stream.state.total == 6
+
+    def test_a_stream_that_cannot_load_fails_every_waiting_caller(self, store: EventStore) -> None:
+        """A load that fails answers every caller of the group with its error; none waits."""
+        unreachable = FlakyStore(store, 0)
+        unreachable.read_stream = _refuse_reads  # type: ignore[attr-defined]
+        stream: Hosted = HostedStream(unreachable, COUNTER, "counter-sl", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+
+        futures = [stream.submit(plan(f"r-{n}")) for n in range(3)]  # type: ignore[arg-type]
+
+        for future in futures:
+            with pytest.raises(StoreUnavailable):
+                future.result(timeout=10)
+
+
+def _refuse_reads(*args: object, **kwargs: object) -> object:
+    raise StoreUnavailable("the database is down")
+
+
 class TestPoison:
     def test_events_that_cannot_be_stored_fail_only_their_caller(self, store_url: str) -> None:
         """A caller whose event is over the size limit is refused alone; the others of its
