@@ -156,4 +156,5 @@ def _other_pod(pod: OtherPod) -> Json:
         "raw_cpu_milli": pod.raw_cpu_milli,
         "raw_memory_bytes": pod.raw_memory_bytes,
         "gpu": pod.gpu,
+        "held": pod.held,
     }

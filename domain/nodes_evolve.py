@@ -142,7 +142,11 @@ def _apply_others_reserved(state: NodeState, event: OtherPodsReserved) -> NodeSt
     raw_cpu = raw_memory = gpu = 0
     for reserved in event.pods:
         other_pods[reserved.pod] = OtherPod(
-            reserved.pod, reserved.raw_cpu_milli, reserved.raw_memory_bytes, reserved.gpu
+            reserved.pod,
+            reserved.raw_cpu_milli,
+            reserved.raw_memory_bytes,
+            reserved.gpu,
+            held=True,
         )
         raw_cpu += reserved.raw_cpu_milli
         raw_memory += reserved.raw_memory_bytes

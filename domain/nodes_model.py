@@ -546,12 +546,18 @@ class VmPod:
 
 @dataclass(frozen=True, slots=True)
 class OtherPod:
-    """A non-VM pod: its raw requests (else limits), summed over its containers."""
+    """A non-VM pod: its raw requests (else limits), summed over its containers.
+
+    ``held`` marks a reservation made for a workload placed in a batch (:class:`ReservePods`):
+    capacity set aside before, or without, any pod the cluster shows. The cluster's view cannot
+    release it — only deleting it (the workload's release) does.
+    """
 
     name: str
     raw_cpu_milli: int
     raw_memory_bytes: int
     gpu: int = 0
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)

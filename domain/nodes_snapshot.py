@@ -23,7 +23,7 @@ from fleetledger.domain.nodes_model import (
 
 __all__ = ["SNAPSHOT_SCHEMA_VERSION", "snapshot", "state_from_snapshot"]
 
-SNAPSHOT_SCHEMA_VERSION = 1
+SNAPSHOT_SCHEMA_VERSION = 2
 
 Data = dict[str, Any]
 
@@ -44,7 +44,7 @@ def snapshot(state: NodeState) -> Data:
         "other_raw_memory_bytes": state.other_raw_memory_bytes,
         "vm_pods": [_vm_pod(state.vm_pods[name]) for name in sorted(state.vm_pods)],
         "other_pods": [
-            [pod.name, pod.raw_cpu_milli, pod.raw_memory_bytes, pod.gpu]
+            [pod.name, pod.raw_cpu_milli, pod.raw_memory_bytes, pod.gpu, pod.held]
             for pod in (state.other_pods[name] for name in sorted(state.other_pods))
         ],
     }
@@ -55,7 +55,8 @@ def state_from_snapshot(data: Mapping[str, Any]) -> NodeState:
     config = data["config"]
     vm_pods = {pod["name"]: _vm_pod_from(pod) for pod in data["vm_pods"]}
     other_pods = {
-        name: OtherPod(name, cpu, memory, gpu) for name, cpu, memory, gpu in data["other_pods"]
+        name: OtherPod(name, cpu, memory, gpu, held)
+        for name, cpu, memory, gpu, held in data["other_pods"]
     }
     return NodeState(
         name=data["name"],

@@ -4,7 +4,8 @@ Each pass lists the cluster (through the :class:`~fleetledger.adapters.cluster.C
 port; the Kubernetes adapter answers from its informer cache) and sends each node what differs:
 ``JoinNode`` for a new node, ``UpdateNodeCapacity``/``ChangeNodeConfig`` for a changed one,
 ``ReservePod(already_running=True)`` for a pod bound to it that it does not account yet,
-``DeletePod`` for one it accounts that is gone (deleted, finished, moved away by a migration), and
+``DeletePod`` for one it accounts that is gone (deleted, finished, moved away by a migration) —
+except the reservations placement holds for its workloads, which only their release frees — and
 ``RemoveNode`` once a node leaves. A pass that finds nothing new appends nothing, so passes can
 repeat freely; they are the leader's duty.
 
@@ -159,7 +160,10 @@ class ClusterSync:
             commands.append(
                 lambda at, spec=spec: ReservePod(spec, at=at, already_running=True)  # type: ignore[misc]
             )
-        for gone in sorted((set(state.vm_pods) | set(state.other_pods)) - bound):
+        # A held pod is a placed workload's reservation, not a pod of the cluster's: only the
+        # workload's release frees it.
+        accounted = set(state.vm_pods) | {p for p, pod in state.other_pods.items() if not pod.held}
+        for gone in sorted(accounted - bound):
             commands.append(lambda at, gone=gone: DeletePod(gone, at=at))  # type: ignore[misc]
         return commands
 
