@@ -294,11 +294,13 @@ class TestBatchReserve:
         for event in events:
             batched = evolve(batched, event)
         assert isinstance(one_by_one, NodeState)
-        assert all(batched.other_pods[spec.name].held for spec in specs)
+        # A pod the node already held is skipped; the others are reserved as held.
+        fresh = {n for n in names if n not in state.other_pods and n not in state.vm_pods}
+        assert all(batched.other_pods[name].held for name in fresh)
         assert batched == replace(
             one_by_one,
             other_pods={
-                name: replace(pod, held=name in names or pod.held)
+                name: replace(pod, held=name in fresh or pod.held)
                 for name, pod in one_by_one.other_pods.items()
             },
         )
