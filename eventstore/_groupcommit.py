@@ -10,7 +10,10 @@ first lets the writers just released queue behind it (see ``submit``), so batche
 instead of alternating between one caller and all the others.
 
 Each queued request keeps its own outcome: the backend checks every request separately inside the
-shared transaction, so one caller's version conflict never fails another's append.
+shared transaction, so one caller's version conflict never fails another's append. A caller may
+bring several independent requests at once (``submit_many``): they join the same transaction and
+come back with their own outcomes, which lets one thread commit for many others without a thread
+each.
 """
 
 from __future__ import annotations
@@ -36,16 +39,16 @@ def _yield_to_other_threads() -> None:
 class _Waiter(Generic[RequestT, OutcomeT]):
     """A caller in the queue: waiting behind an active leader, or leading it."""
 
-    __slots__ = ("error", "gate", "outcome", "promoted", "request", "weight")
+    __slots__ = ("error", "gate", "outcomes", "promoted", "requests", "weight")
 
-    def __init__(self, request: RequestT, weight: int, gate: LockType | None) -> None:
-        self.request = request
+    def __init__(self, requests: Sequence[RequestT], weight: int, gate: LockType | None) -> None:
+        self.requests = requests
         self.weight = weight
         # Held until the waiter's outcome is known or it is promoted to leader; None for a
         # caller that leads from the start and so never waits.
         self.gate = gate
         self.promoted = False
-        self.outcome: OutcomeT | None = None
+        self.outcomes: Sequence[OutcomeT] = ()
         self.error: BaseException | None = None
 
 
@@ -77,21 +80,26 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
         self._contended = False
 
     def submit(self, request: RequestT, *, weight: int = 1) -> OutcomeT:
+        return self.submit_many((request,), weight=weight)[0]
+
+    def submit_many(self, requests: Sequence[RequestT], *, weight: int = 1) -> Sequence[OutcomeT]:
+        """Commit ``requests`` (independent of each other, ``weight`` in all) in one batch
+        with whoever else is queued; one outcome per request, in order."""
         waiter: _Waiter[RequestT, OutcomeT] | None
         with self._lock:
             if self._leader_active:
-                waiter = _Waiter(request, weight, _closed_gate())
+                waiter = _Waiter(requests, weight, _closed_gate())
                 self._queue.append(waiter)
             else:
                 self._leader_active = True
                 # Without recent contention the caller commits alone, queueing nothing; else it
                 # leads from the head of the queue, where others can join it (gate None: it
                 # never waits).
-                waiter = _Waiter(request, weight, None) if self._contended else None
+                waiter = _Waiter(requests, weight, None) if self._contended else None
                 if waiter is not None:
                     self._queue.append(waiter)
         if waiter is None:
-            return self._commit_alone(request)
+            return self._commit_alone(requests)
         if waiter.gate is None:
             # The last commit served several writers, and they are likely about to submit
             # again: a leader committing at once would commit alone and make them all wait a
@@ -107,13 +115,13 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
                 self._lead()
         return self._result(waiter)
 
-    def _commit_alone(self, request: RequestT) -> OutcomeT:
+    def _commit_alone(self, requests: Sequence[RequestT]) -> Sequence[OutcomeT]:
         """Nobody was committing, so nobody is queued: commit at once. A lone writer's path."""
         try:
-            outcomes = self._commit_batch((request,))
-            if len(outcomes) != 1:
+            outcomes = self._commit_batch(requests)
+            if len(outcomes) != len(requests):
                 raise RuntimeError("commit_batch returned the wrong number of outcomes")
-            return outcomes[0]
+            return outcomes
         finally:
             self._hand_over()
 
@@ -123,11 +131,13 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
             batch = self._take_batch()
             self._contended = len(batch) > 1
         try:
-            outcomes = self._commit_batch([w.request for w in batch])
-            if len(outcomes) != len(batch):
+            outcomes = self._commit_batch([r for w in batch for r in w.requests])
+            if len(outcomes) != sum(len(w.requests) for w in batch):
                 raise RuntimeError("commit_batch returned the wrong number of outcomes")
-            for waiter, outcome in zip(batch, outcomes, strict=True):
-                waiter.outcome = outcome
+            start = 0
+            for waiter in batch:
+                waiter.outcomes = outcomes[start : start + len(waiter.requests)]
+                start += len(waiter.requests)
         except BaseException as e:
             for waiter in batch:
                 waiter.error = e
@@ -163,11 +173,10 @@ class GroupCommitter(Generic[RequestT, OutcomeT]):
         return batch
 
     @staticmethod
-    def _result(waiter: _Waiter[RequestT, OutcomeT]) -> OutcomeT:
+    def _result(waiter: _Waiter[RequestT, OutcomeT]) -> Sequence[OutcomeT]:
         if waiter.error is not None:
             raise waiter.error
-        assert waiter.outcome is not None
-        return waiter.outcome
+        return waiter.outcomes
 
 
 def _closed_gate() -> LockType:

@@ -108,6 +108,45 @@ class EventStore:
         """
         return self._commit(prepare_many(appends, max_event_bytes=self._max_event_bytes))
 
+    def append_each(
+        self, transactions: Sequence[Sequence[StreamAppend]]
+    ) -> list[list[AppendResult] | EventStoreError]:
+        """Several :meth:`append_many` calls at once, each all or nothing on its own: they
+        share one database transaction but not their fate. Each gets its results or the error
+        its ``append_many`` would have raised (a conflict, a fence, an event the store refuses;
+        ``StoreUnavailable`` for all when the commit's outcome is unknown).
+
+        For a caller committing for many others (one thread deciding for many streams): one
+        commit instead of one per stream, without a thread per stream to wait for each.
+        """
+        outcomes: list[list[AppendResult] | EventStoreError] = []
+        prepared: list[tuple[PreparedAppend, ...]] = []
+        places: list[int] = []
+        for place, appends in enumerate(transactions):
+            try:
+                prepared.append(prepare_many(appends, max_event_bytes=self._max_event_bytes))
+            except EventStoreError as e:
+                outcomes.append(e)
+                continue
+            outcomes.append([])  # replaced by the commit's outcome below
+            places.append(place)
+        if not prepared:
+            return outcomes
+        weight = sum([len(a.events) for item in prepared for a in item])
+        committed: Sequence[AppendOutcome]
+        try:
+            committed = self._committer.submit_many(prepared, weight=weight)
+        except EventStoreError as e:
+            committed = [e] * len(prepared)
+        types: set[str] = set()
+        for place, item, outcome in zip(places, prepared, committed, strict=True):
+            outcomes[place] = outcome
+            if not isinstance(outcome, EventStoreError):
+                types.update(event.type for append in item for event in append.events)
+        if types:
+            self._notify_local(types)
+        return outcomes
+
     def _commit(self, item: tuple[PreparedAppend, ...]) -> list[AppendResult]:
         weight = sum([len(a.events) for a in item])
         outcome = self._committer.submit(item, weight=weight)

@@ -132,10 +132,10 @@ def _pod_name(index: int) -> str:
 
 def _serve(url: str, nodes: int, pods: int, port: int, ready: ProcessEvent) -> None:
     import uvicorn
-    from fastapi import FastAPI
 
     from fleetledger.adapters.cluster import FakeCluster, Node, PodSpec
     from fleetledger.adapters.http.agents import agents_router
+    from fleetledger.adapters.http.lean import LeanApp
     from fleetledger.adapters.nodes import NodesRuntime, vm_annotations
     from fleetledger.domain.nodes import Bounds
     from fleetledger.eventstore import open_store
@@ -153,7 +153,7 @@ def _serve(url: str, nodes: int, pods: int, port: int, ready: ProcessEvent) -> N
         )
     store = open_store(url, pool_size=8)
     runtime = NodesRuntime(store, fleet, sync_seconds=30.0).start()
-    app = FastAPI()
+    app = LeanApp()
     app.include_router(agents_router(runtime))
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", access_log=False, backlog=4096

@@ -50,7 +50,7 @@ from fleetledger.domain.nodes import MILLI_PER_CPU
 from fleetledger.projections.dumpstate import dumpstate_at, with_subnets
 from fleetledger.projections.nodes import dump_json
 
-from .lean import LeanRoute
+from .lean import LeanRouter
 
 __all__ = [
     "FRACTIONAL_CPU_SINCE",
@@ -87,7 +87,7 @@ class AgentResourcesBody(BaseModel):
 
 def agents_router(runtime: NodesRuntime) -> APIRouter:
     """The agents' endpoint and dumpstate over ``runtime``."""
-    router = APIRouter(tags=["nodes"])
+    router = LeanRouter(tags=["nodes"])
 
     async def agent_resources(body: AgentResourcesBody) -> JSONResponse:
         """Grant the pod's permit: the new reserved amounts and the compute unit."""
@@ -121,12 +121,7 @@ def agents_router(runtime: NodesRuntime) -> APIRouter:
             return _refused(e)
         return JSONResponse(_granted(grant))
 
-    router.add_api_route(
-        "/v1/agent/resources",
-        agent_resources,
-        methods=["POST"],
-        route_class_override=LeanRoute,
-    )
+    router.add_lean_post("/v1/agent/resources", agent_resources)
 
     @router.get("/v1/dumpstate")
     def dumpstate(

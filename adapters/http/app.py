@@ -66,7 +66,7 @@ from fleetledger.domain.errors import InvalidCommand
 from fleetledger.eventstore import EventStoreError, SchemaOutOfDate
 
 from .auth import ApiTokens, BearerAuth, document_bearer_auth
-from .lean import LeanRoute
+from .lean import LeanApp, LeanRouter
 from .limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit, checked_max_body_bytes
 from .models import AcceptedResponse, MachineRequestBody, MachinesBody, MachineStatusResponse
 
@@ -142,7 +142,7 @@ def create_app(
 
     # Without tokens the interactive docs work as usual; with them a browser could not load the
     # schema they show (it is behind the token too), so they are not served.
-    app = FastAPI(
+    app = LeanApp(
         title="fleetledger",
         summary="Batched VM creation, recorded as events.",
         version="0.1.0",
@@ -169,15 +169,13 @@ def create_app(
         headers = {"Location": urls[0]} if len(urls) == 1 else None
         return _JSON(answer.model_dump(), status_code=status.HTTP_202_ACCEPTED, headers=headers)
 
-    hot = APIRouter()
-    hot.add_api_route(
+    hot = LeanRouter()
+    hot.add_lean_post(
         "/v1/machines",
         create_machines,
-        methods=["POST"],
         status_code=status.HTTP_202_ACCEPTED,
         response_model=AcceptedResponse,
         responses={409: {"description": "the grouper refused a request"}, **_ERRORS},
-        route_class_override=LeanRoute,
     )
     app.include_router(hot)
 

@@ -18,6 +18,7 @@ from fleetledger.adapters.runtime import (
     Writer,
 )
 from fleetledger.eventstore import (
+    ANY,
     AppendResult,
     EventStore,
     Fenced,
@@ -163,6 +164,31 @@ class TestSubmit:
         for future in futures:
             with pytest.raises(StoreUnavailable):
                 future.result(timeout=10)
+
+
+class TestCompanions:
+    def test_the_decision_names_the_streams_own_last_position(self, store: EventStore) -> None:
+        """A companion append lands after the stream's events; the decision's position is the
+        stream's own, which a read model of this aggregate's events reaches without it."""
+
+        def audit(events: object, records: object, at: datetime) -> list[StreamAppend]:
+            note = NewEvent(type="test.Audited", data={"at": at.isoformat()})
+            return [StreamAppend("audit-c", [note], expected_version=ANY)]
+
+        stream: Hosted = HostedStream(
+            store,
+            COUNTER,
+            "counter-c",
+            clock=ManualClock(EPOCH),
+            companions=audit,
+        )
+
+        decision = stream.execute(plan("c-1"))  # type: ignore[arg-type]
+
+        [own] = store.read_stream("counter-c")
+        [companion] = store.read_stream("audit-c")
+        assert decision.last_position == own.global_position
+        assert companion.global_position > own.global_position
 
 
 def _refuse_reads(*args: object, **kwargs: object) -> object:
