@@ -1019,6 +1019,7 @@ def _capabilities(
     cluster: str,
 ) -> _Capabilities:
     """The runtimes and routes served beside the machines API, on the process's leadership."""
+    from fleetledger.adapters.heap import FrozenStartupHeap
     from fleetledger.adapters.http.agents import agents_router
     from fleetledger.adapters.http.subnets import subnets_router
     from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
@@ -1045,6 +1046,8 @@ def _capabilities(
         )  # fmt: skip
         runtimes.append(placement)
         routers.append(workloads_router(placement))
+    # Last, so that it freezes what every runtime loaded at start-up.
+    runtimes.append(FrozenStartupHeap())
     return _Capabilities(runtimes=runtimes, routers=routers)
 
 

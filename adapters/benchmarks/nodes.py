@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import multiprocessing
 import random
 import socket
@@ -134,6 +135,7 @@ def _serve(url: str, nodes: int, pods: int, port: int, ready: ProcessEvent) -> N
     import uvicorn
 
     from fleetledger.adapters.cluster import FakeCluster, Node, PodSpec
+    from fleetledger.adapters.heap import FrozenStartupHeap
     from fleetledger.adapters.http.agents import agents_router
     from fleetledger.adapters.http.lean import LeanApp
     from fleetledger.adapters.nodes import NodesRuntime, vm_annotations
@@ -153,6 +155,7 @@ def _serve(url: str, nodes: int, pods: int, port: int, ready: ProcessEvent) -> N
         )
     store = open_store(url, pool_size=8)
     runtime = NodesRuntime(store, fleet, sync_seconds=30.0).start()
+    FrozenStartupHeap().start()
     app = LeanApp()
     app.include_router(agents_router(runtime))
     config = uvicorn.Config(
@@ -176,6 +179,9 @@ async def _agents(
     port: int, *, pods: int, clients: int, seconds: float, warmup: float, seed: int
 ) -> tuple[list[float], Counter[int], float]:
     await _until_listening(port)
+    # The agents' own collector pauses would be counted as the server's latency.
+    gc.collect()
+    gc.freeze()
     latencies: list[float] = []
     codes: Counter[int] = Counter()
     start = time.perf_counter()

@@ -43,6 +43,8 @@ __all__ = ["NodesRuntime"]
 
 log = structlog.get_logger(__name__)
 
+_FOLLOW_INTERVAL_SECONDS = 0.05
+
 
 class NodesRuntime:
     """Node accounting over one store and one cluster."""
@@ -91,7 +93,13 @@ class NodesRuntime:
             locate=self._locate,
         )
         self.sync = ClusterSync(self.service, cluster, config=config, node_label=node_label)
-        self._follower = LogFollower(store, self.projection, types=NODE_EVENT_TYPE_NAMES)
+        # Every read of the model catches it up first: the follower only keeps that short.
+        self._follower = LogFollower(
+            store,
+            self.projection,
+            types=NODE_EVENT_TYPE_NAMES,
+            min_interval_seconds=_FOLLOW_INTERVAL_SECONDS,
+        )
         self._reactors = Reactors(
             store,
             [migration_reactor(self.service, self.migrations)],

@@ -6,6 +6,11 @@ is only the fallback for a missed notification. No sleep loop: an idle follower 
 condition. Given the event ``types`` its model reads, it sleeps through this process's appends
 of other types: with several capabilities in one process, each read model is not sent to read
 (and find nothing) after every append of the others.
+
+A model whose every read catches up first anyway (``min_interval_seconds``) need not chase each
+append: the follower then reads at most that often, so a burst is read in a few pages instead of
+a query per append, and the model is never further behind than the interval when it is read
+without catching up.
 """
 
 from __future__ import annotations
@@ -41,11 +46,15 @@ class LogFollower:
         *,
         types: Sequence[str] | None = None,
         fallback_poll_seconds: float = 1.0,
+        min_interval_seconds: float = 0.0,
     ) -> None:
+        if min_interval_seconds < 0:
+            raise ValueError(f"min_interval_seconds must be >= 0, got {min_interval_seconds}")
         self._store = store
         self._model = model
         self._types = types
         self._fallback = fallback_poll_seconds
+        self._min_interval = min_interval_seconds
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -79,3 +88,5 @@ class LogFollower:
                 continue
             if read == 0:
                 self._store.wait_for_wake(seen, timeout=self._fallback, types=self._types)
+            elif self._min_interval:
+                self._stop.wait(self._min_interval)
