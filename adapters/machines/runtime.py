@@ -306,9 +306,10 @@ class MachinesRuntime:
 
     def _grouper_event(self, event: GrouperEvent, record: RecordedEvent) -> None:
         if record.stream_version > self.service.version:
-            # Written by another process: fold it (observers then wake the driver and hand any
+            # Written by another process — or by this one, with its append still concluding:
+            # fold it unless that append holds it (observers then wake the driver and hand any
             # sealed batch to the coordinator).
-            self.service.load()
+            self.service.load(through_version=record.stream_version)
             return
         if not isinstance(event, BatchSealed) or not self.leading:
             return

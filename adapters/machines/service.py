@@ -191,15 +191,16 @@ class MachineService:
 
     # -- loading -----------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Fold the grouper stream, or its new tail.
+    def load(self, *, through_version: int | None = None) -> None:
+        """Fold the grouper stream, or its new tail (none if it already holds
+        ``through_version``, once the append in flight has landed).
 
         The first load does not announce the batches sealed in the stream's history (most are long
         done): :meth:`unfinished_batches` says which to resume. Later catch-ups announce what they
         find, since those batches were sealed by a decision this process did not see.
         """
         with _translated():
-            self._stream.load()
+            self._stream.load(through_version=through_version)
 
     # -- commands ----------------------------------------------------------------------------
 

@@ -323,12 +323,17 @@ class HostedStream(Generic[S, C, E]):
         """Call ``observer(folded)`` after each batch of events the stream folds."""
         self._observers.append(observer)
 
-    def load(self, *, announce_history: bool = False) -> None:
+    def load(self, *, announce_history: bool = False, through_version: int | None = None) -> None:
         """Fold the stream's new tail. A first load tells observers about the stream's history
-        only with ``announce_history`` (a restart need not replay old news to them)."""
+        only with ``announce_history`` (a restart need not replay old news to them).
+
+        ``through_version``: the version the caller needs folded (an event it read from the log).
+        If the stream has it once the append in flight has concluded — this process wrote it —
+        nothing is read."""
         with self._fold:
             if self._loaded:
-                self._catch_up()
+                if through_version is None or self._version < through_version:
+                    self._catch_up()
             else:
                 self._ensure_loaded(announce_history=announce_history)
         self._announce()

@@ -166,6 +166,47 @@ class TestSubmit:
                 future.result(timeout=10)
 
 
+class CountingReads:
+    """The real store, counting the stream reads made through it."""
+
+    def __init__(self, inner: EventStore) -> None:
+        self._inner = inner
+        self.reads = 0
+
+    def read_stream(self, *args: object, **kwargs: object) -> object:
+        self.reads += 1
+        return self._inner.read_stream(*args, **kwargs)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+
+class TestLoad:
+    def test_a_version_already_folded_is_not_read_again(self, store: EventStore) -> None:
+        """A reader that saw this process's own event in the log asks for it to be folded:
+        the stream holds it already, so nothing is read."""
+        counting = CountingReads(store)
+        stream: Hosted = HostedStream(counting, COUNTER, "counter-l", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+        stream.execute(plan("l-1"))  # type: ignore[arg-type]
+        reads = counting.reads
+
+        stream.load(through_version=1)
+
+        assert counting.reads == reads
+
+    def test_a_version_not_folded_yet_is_read(self, store: EventStore) -> None:
+        """Appended by another writer: the stream reads its tail and folds it."""
+        stream: Hosted = HostedStream(store, COUNTER, "counter-m", clock=ManualClock(EPOCH))
+        stream.execute(plan("m-1"))  # type: ignore[arg-type]
+        other: Hosted = HostedStream(store, COUNTER, "counter-m", clock=ManualClock(EPOCH))
+        other.execute(plan("m-2", 5))  # type: ignore[arg-type]
+
+        stream.load(through_version=2)
+
+        assert stream.version == 2
+        assert stream.state.total == 6
+
+
 class TestCompanions:
     def test_the_decision_names_the_streams_own_last_position(self, store: EventStore) -> None:
         """A companion append lands after the stream's events; the decision's position is the
