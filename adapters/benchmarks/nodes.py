@@ -28,6 +28,7 @@ from collections.abc import Callable
 from multiprocessing.synchronize import Event as ProcessEvent
 
 import aiohttp
+from sqlalchemy import make_url
 
 __all__ = ["TARGET_P99_MS", "TARGET_REQUESTS_PER_SECOND", "bench_nodes"]
 
@@ -66,7 +67,8 @@ def bench_nodes(
     server = context.Process(
         target=_serve, args=(url, nodes, pods, port, ready), name="bench-nodes-server"
     )
-    say(f"starting the server: {nodes} nodes, {pods} pods, on 127.0.0.1:{port}")
+    backend = make_url(url).get_backend_name()
+    say(f"starting the server: {nodes} nodes, {pods} pods, on 127.0.0.1:{port}, log on {backend}")
     server.start()
     try:
         _wait_ready(server, ready)
@@ -82,6 +84,7 @@ def bench_nodes(
     p50, p99 = _percentile(latencies, 50), _percentile(latencies, 99)
     say(f"{rate:,.0f} requests/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms ({ok} answered 200)")
     return {
+        "backend": backend,
         "nodes": nodes,
         "pods": pods,
         "clients": clients,

@@ -14,7 +14,8 @@ from bytes (``model_validate_json``), and a validation error is raised as FastAP
 :class:`~fastapi.exceptions.RequestValidationError` with ``loc`` starting at ``"body"``, so the
 app's one 422 handler answers it exactly as it answers every other route. The route is still an
 ``APIRoute``: the OpenAPI schema documents it from the same signature. A request whose body is
-empty or not declared as JSON takes FastAPI's own handler, which answers those the usual way.
+empty or not declared as JSON takes FastAPI's own handler, which answers those the usual way, and
+so does every request of an app with app-wide dependencies (the handler solves them).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class LeanRoute(APIRoute):
         endpoint = self.endpoint
 
         async def handle(request: Request) -> Response:
+            if request.app.router.dependencies:
+                return await general(request)  # app-wide dependencies: solve them as usual
             content_type = request.headers.get("content-type", "")
             body = await request.body()
             if not body or not _is_json(content_type):
@@ -115,8 +118,9 @@ class LeanApp(FastAPI):
 
     Only routes of a :class:`LeanRouter` included with no options of its own (no prefix,
     dependencies or limits the lane would have to reproduce) get a lane, and none do when the
-    app has a root path, a framework body limit, or OpenTelemetry configured when the first
-    request arrives (FastAPI's telemetry then traces every request through its stack).
+    app has a root path, app-wide dependencies, a framework body limit, or OpenTelemetry
+    configured when the first request arrives (FastAPI's telemetry then traces every request
+    through its stack).
     """
 
     def __init__(self, **options: Any) -> None:
@@ -125,6 +129,11 @@ class LeanApp(FastAPI):
         self._lanes: dict[str, ASGIApp] | None = None
 
     def include_router(self, router: APIRouter, **options: Any) -> None:
+        if isinstance(router, LeanRouter) and router.lean_routes and options.get("dependencies"):
+            raise TypeError(
+                "a LeanRouter's lean routes solve no dependencies: check what they would in "
+                "the endpoint, or include them without dependencies"
+            )
         super().include_router(router, **options)
         if isinstance(router, LeanRouter) and not options and not router.dependencies:
             self._lean_endpoints.update(router.lean_routes)
@@ -146,6 +155,7 @@ class LeanApp(FastAPI):
         if (
             self.root_path
             or self.max_body_size is not None
+            or self.router.dependencies
             or (telemetry is not None and telemetry.enabled())
         ):
             return {}

@@ -22,6 +22,7 @@ class TestBenchNodes:
         assert rate > 0
         assert 0 < p50 <= p99
         assert set(report) >= {"nodes", "pods", "clients", "target", "met"}
+        assert report["backend"] == "postgresql"
         assert any("requests/s" in line for line in lines)
 
     def test_impossible_sizes_are_refused(self, postgres_url: str) -> None:
