@@ -110,7 +110,7 @@ class Refused(Exception):
 def lean_app(endpoint: object, **options: object) -> LeanApp:
     router = LeanRouter()
     router.add_lean_post("/orders", endpoint)  # type: ignore[arg-type]
-    app = LeanApp(**options)  # type: ignore[arg-type]
+    app = LeanApp(**options)
     app.include_router(router)
     return app
 
