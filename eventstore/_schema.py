@@ -21,7 +21,7 @@ __all__ = [
     "streams",
 ]
 
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 """The Alembic revision this code needs; a test keeps it equal to the migrations' head."""
 
 

@@ -333,3 +333,34 @@ class TestAppendOnlyRevision:
         with open_store(empty_url) as store:
             assert (store.head(), store.verify().ok) == (3, True)
         assert guard_refuses_update(empty_url)
+
+
+def event_indexes(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {index["name"] or "" for index in sa.inspect(conn).get_indexes("events")}
+    finally:
+        engine.dispose()
+
+
+class TestEventsByTypeRevision:
+    def test_upgrade_indexes_events_by_type_and_position(self, empty_url: str) -> None:
+        migrate.upgrade(empty_url)
+
+        assert "ix_events_type_position" in event_indexes(empty_url)
+
+    def test_downgrade_to_0003_drops_only_the_index(self, empty_url: str) -> None:
+        """The events stay and the store asks for an upgrade; upgrading again restores it."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("vm-1", new_events(2))
+
+        migrate.downgrade(empty_url, "0003")
+
+        assert "ix_events_type_position" not in event_indexes(empty_url)
+        assert migrate.count_events(empty_url) == 2
+        with pytest.raises(SchemaOutOfDate, match="fleetledger db upgrade"):
+            open_store(empty_url)
+        migrate.upgrade(empty_url)
+        assert "ix_events_type_position" in event_indexes(empty_url)

@@ -475,7 +475,14 @@ class HostedStream(Generic[S, C, E]):
                 for submission in group:
                     submission.finish(error=e)
                 raise
-            prepared = self._prepare(group)
+            try:
+                prepared = self._prepare(group)
+            except Exception:
+                # Whatever deciding or encoding raised (an event the store would refuse, a
+                # companion failing), the group goes the way a lone leader's does: decided
+                # again, offenders split out and refused, every submission answered.
+                self._run_group([s for s in group if not s.done])
+                prepared = None
         except BaseException:
             self._end_lead()
             raise

@@ -153,6 +153,27 @@ class TestSubmit:
         assert [d.events[0].request_id for d in decisions] == [f"r-{n}" for n in range(1, 6)]  # type: ignore[union-attr]
         assert stream.state.total == 6
 
+    def test_a_group_that_cannot_be_encoded_fails_its_callers_and_the_stream_goes_on(
+        self, store: EventStore
+    ) -> None:
+        """Whatever preparing a group's append raises answers its callers; none waits, and the
+        next submission is decided as usual."""
+
+        def fussy(events: object, records: object, at: datetime) -> list[StreamAppend]:
+            if any(e.request_id == "bad" for e in events):  # type: ignore[attr-defined]
+                raise RuntimeError("this companion cannot be built")
+            return []
+
+        stream: Hosted = HostedStream(
+            store, COUNTER, "counter-se", clock=ManualClock(EPOCH), companions=fussy
+        )
+
+        with pytest.raises(RuntimeError, match="cannot be built"):
+            stream.submit(plan("bad")).result(timeout=10)  # type: ignore[arg-type]
+        decision = stream.submit(plan("good")).result(timeout=10)  # type: ignore[arg-type]
+
+        assert [e.request_id for e in decision.events] == ["good"]  # type: ignore[union-attr]
+
     def test_a_stream_that_cannot_load_fails_every_waiting_caller(self, store: EventStore) -> None:
         """A load that fails answers every caller of the group with its error; none waits."""
         unreachable = FlakyStore(store, 0)
