@@ -30,7 +30,9 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .limits import replay_body
 
 __all__ = ["LeanApp", "LeanRoute", "LeanRouter"]
 
@@ -186,7 +188,7 @@ class _Lane:
         body = await _read_body(receive)
         if body is None:
             return  # the client went away before sending its body
-        replayed = _replay(body, receive)
+        replayed = replay_body(body, receive)
         if not body or not _is_json(_header(scope, b"content-type")):
             await self.app._full(scope, replayed, send)
             return
@@ -224,20 +226,6 @@ async def _read_body(receive: Receive) -> bytes | None:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``receive`` that yields the read body once, then whatever the client sends next."""
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replayed
 
 
 def _header(scope: Scope, name: bytes) -> str:

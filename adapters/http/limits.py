@@ -10,7 +10,7 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodySizeLimit", "checked_max_body_bytes"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodySizeLimit", "checked_max_body_bytes", "replay_body"]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 """1 MiB: a thousand requests of ordinary size fit; the log's own event limit is 1 MiB too."""
@@ -54,7 +54,7 @@ class BodySizeLimit:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        await self.app(scope, _replay(b"".join(chunks), receive), send)
+        await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = JSONResponse(
@@ -78,7 +78,7 @@ def _declared_length(scope: Scope) -> int:
     return 0
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
     """``receive`` that yields the buffered body once, then whatever the client sends next
     (its disconnect, which long polls listen for)."""
     sent = False

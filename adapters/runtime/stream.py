@@ -190,15 +190,29 @@ class _StreamBatcher:
         _COMMITTERS.submit(self._drain)
 
     def _drain(self) -> None:
-        while True:
-            with self._lock:
-                streams, self._ready = self._ready, []
-                if not streams:
-                    self._draining = False
-                    return
+        """One round, then the next one handed to another committer thread before this one
+        tells the round's observers: an observer that executes on a stream waiting for the
+        next round (an inline reactor) is then led by that thread, not left waiting on this one.
+        """
+        with self._lock:
+            streams, self._ready = self._ready, []
+            if not streams:
+                self._draining = False
+                return
+        try:
             self._round(streams)
+        finally:
+            with self._lock:
+                again = bool(self._ready)
+                self._draining = again
+            if again:
+                _COMMITTERS.submit(self._drain)
+            for stream in streams:
+                stream._announce()
 
     def _round(self, streams: list[HostedStream[Any, Any, Any]]) -> None:
+        """Decide, commit and conclude the queued groups of ``streams`` (observers are told by
+        the caller once every stream of the round has passed its leadership on)."""
         begun: list[tuple[HostedStream[Any, Any, Any], _Prepared[Any, Any, Any]]] = []
         for stream in streams:
             try:
@@ -436,16 +450,20 @@ class HostedStream(Generic[S, C, E]):
             # The leader decides and appends holding the fold lock, so a concurrent load()
             # cannot fold the group's events a second time.
             with self._fold:
-                try:
-                    self._ensure_loaded()
-                except BaseException as e:
-                    for submission in group:
-                        submission.finish(error=e)
-                    raise
+                self._load_for(group)
                 self._run_group(group)
         finally:
             with self._queue_changed:
                 self._queue_changed.notify_all()
+
+    def _load_for(self, group: list[_Submission[C, E]]) -> None:
+        """Load the stream before deciding ``group``; a failure is every submission's answer."""
+        try:
+            self._ensure_loaded()
+        except BaseException as e:
+            for submission in group:
+                submission.finish(error=e)
+            raise
 
     def _pass_on(self) -> None:
         """The leader is done with its group: submissions queued meanwhile are led by the
@@ -469,12 +487,7 @@ class HostedStream(Generic[S, C, E]):
             group, self._queue = self._queue, []
         self._fold.acquire()
         try:
-            try:
-                self._ensure_loaded()
-            except BaseException as e:
-                for submission in group:
-                    submission.finish(error=e)
-                raise
+            self._load_for(group)
             try:
                 prepared = self._prepare(group)
             except Exception:
@@ -499,11 +512,11 @@ class HostedStream(Generic[S, C, E]):
             self._end_lead()
 
     def _end_lead(self) -> None:
+        """Release the stream after a shared round (the batcher announces what it folded)."""
         self._fold.release()
         with self._queue_changed:
             self._queue_changed.notify_all()
         self._pass_on()
-        self._announce()
 
     def _run_group(
         self,

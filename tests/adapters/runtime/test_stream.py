@@ -153,6 +153,34 @@ class TestSubmit:
         assert [d.events[0].request_id for d in decisions] == [f"r-{n}" for n in range(1, 6)]  # type: ignore[union-attr]
         assert stream.state.total == 6
 
+    def test_an_observer_may_execute_on_a_stream_waiting_for_the_next_round(
+        self, store: EventStore
+    ) -> None:
+        """An inline reactor hears of a round's events after the next round has gone to
+        another committer thread, so executing on one of its streams does not wait forever."""
+        gated = GatedStore(store)
+        first_stream: Hosted = HostedStream(gated, COUNTER, "counter-na", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+        other_stream: Hosted = HostedStream(gated, COUNTER, "counter-nb", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+        reacted: list[object] = []
+
+        def react(folded: object) -> None:
+            if any(f.event.request_id == "a-1" for f in folded):  # type: ignore[attr-defined]
+                reacted.append(other_stream.execute(plan("b-react")))  # type: ignore[arg-type]
+
+        first_stream.on_events(react)
+        first = first_stream.submit(plan("a-1"))  # type: ignore[arg-type]
+        assert gated.entered.wait(10)
+        queued = [
+            first_stream.submit(plan("a-2")),  # type: ignore[arg-type]
+            other_stream.submit(plan("b-1")),  # type: ignore[arg-type]
+        ]
+        gated.gate.set()
+
+        for future in [first, *queued]:
+            future.result(timeout=10)
+        wait_for(lambda: len(reacted) == 1)
+        assert other_stream.state.total == 2
+
     def test_a_group_that_cannot_be_encoded_fails_its_callers_and_the_stream_goes_on(
         self, store: EventStore
     ) -> None:
