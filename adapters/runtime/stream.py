@@ -184,31 +184,37 @@ class _StreamBatcher:
         """``stream`` has submissions queued and is led by this batcher from now on."""
         with self._lock:
             self._ready.append(stream)
-            if self._draining:
-                return
+            start = not self._draining
             self._draining = True
-        _COMMITTERS.submit(self._drain)
+        # A caller of ``execute`` that found the stream marked for the batcher before it was
+        # listed here may now take it back.
+        stream._wake_waiters()
+        if start:
+            _COMMITTERS.submit(self._drain)
+
+    def withdraw(self, stream: HostedStream[Any, Any, Any]) -> bool:
+        """Take ``stream`` back if no round has taken it yet: its caller leads it instead."""
+        with self._lock:
+            if stream in self._ready:
+                self._ready.remove(stream)
+                return True
+            return False
 
     def _drain(self) -> None:
-        """One round, then the next one handed to another committer thread before this one
-        tells the round's observers: an observer that executes on a stream waiting for the
-        next round (an inline reactor) is then led by that thread, not left waiting on this one.
-        """
-        with self._lock:
-            streams, self._ready = self._ready, []
-            if not streams:
-                self._draining = False
-                return
-        try:
-            self._round(streams)
-        finally:
+        while True:
             with self._lock:
-                again = bool(self._ready)
-                self._draining = again
-            if again:
-                _COMMITTERS.submit(self._drain)
-            for stream in streams:
-                stream._announce()
+                streams, self._ready = self._ready, []
+                if not streams:
+                    self._draining = False
+                    return
+            try:
+                self._round(streams)
+            finally:
+                # Once every stream of the round has passed its leadership on: an observer
+                # that executes on one of them, or on any stream waiting for the next round,
+                # takes that stream back and leads it itself (see HostedStream.execute).
+                for stream in streams:
+                    stream._announce()
 
     def _round(self, streams: list[HostedStream[Any, Any, Any]]) -> None:
         """Decide, commit and conclude the queued groups of ``streams`` (observers are told by
@@ -301,6 +307,8 @@ class HostedStream(Generic[S, C, E]):
         self._loaded = False
         self._queue: list[_Submission[C, E]] = []
         self._leading = False
+        # Led by the store's batcher, which may not have taken the stream into a round yet.
+        self._batched = False
         self._unannounced: list[Folded[E]] = []
         self._observers: list[Callable[[Sequence[Folded[E]]], None]] = []
         self._fenced_by: Fenced | None = None
@@ -410,6 +418,12 @@ class HostedStream(Generic[S, C, E]):
         with self._queue_changed:
             self._queue.append(submission)
             while self._leading and not submission.done:
+                if self._batched and _batcher_for(self.store).withdraw(self):
+                    # Waiting for the batcher could mean waiting for this very thread (an
+                    # observer it is running): lead the queue here instead.
+                    self._batched = False
+                    self._leading = False
+                    break
                 self._queue_changed.wait()
             leads = not submission.done
             if leads:
@@ -440,6 +454,7 @@ class HostedStream(Generic[S, C, E]):
             if self._leading:
                 return future
             self._leading = True
+            self._batched = True
         _batcher_for(self.store).ready(self)
         return future
 
@@ -474,7 +489,12 @@ class HostedStream(Generic[S, C, E]):
                 self._leading = False
                 self._queue_changed.notify_all()
                 return
+            self._batched = True
         _batcher_for(self.store).ready(self)
+
+    def _wake_waiters(self) -> None:
+        with self._queue_changed:
+            self._queue_changed.notify_all()
 
     # -- leading in a shared commit ----------------------------------------------------------
     # The batcher leads the queued groups of many streams at once: each is decided on its own
@@ -485,6 +505,7 @@ class HostedStream(Generic[S, C, E]):
         nothing to append (every submission is answered and the stream passed on)."""
         with self._queue_changed:
             group, self._queue = self._queue, []
+            self._batched = False
         self._fold.acquire()
         try:
             self._load_for(group)

@@ -13,10 +13,22 @@ def test_start_freezes_the_heap_and_stop_releases_it() -> None:
 
     heap.start()
     try:
-        frozen = gc.get_freeze_count()
-        assert frozen >= len(loaded)
+        assert gc.get_freeze_count() >= len(loaded)
         assert all(o is not loaded[0] for o in gc.get_objects())
     finally:
         heap.stop()
 
     assert gc.get_freeze_count() == 0
+
+
+def test_full_passes_are_rarer_while_started_and_as_before_after() -> None:
+    before = gc.get_threshold()
+    heap = FrozenStartupHeap()
+
+    heap.start()
+    try:
+        assert gc.get_threshold()[2] >= 100
+    finally:
+        heap.stop()
+
+    assert gc.get_threshold() == before
