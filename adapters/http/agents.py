@@ -19,7 +19,8 @@ not validate get FastAPI's ``422``.
 Each request is one decision appended to its node's stream before the answer; concurrent
 requests are batched into shared appends and group commits (see
 :mod:`fleetledger.adapters.nodes.service`). The agents' handler is a coroutine that awaits the
-decision's future, served by a :class:`~.lean.LeanRoute`: no thread is held per agent while its
+decision's future, on a lean route (:class:`~.lean.LeanRouter`; a :class:`~.lean.LeanApp` serves
+it ahead of the framework's middleware and router): no thread is held per agent while its
 append is in flight, no thread hop is paid per request (a pod the process does not know yet is
 located on the thread pool, since that reads the log), and no more framework than validation.
 """

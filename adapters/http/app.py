@@ -30,7 +30,8 @@ percent-encoded so that every id gives a working URL and a valid ``Location`` he
 
 Reads come from the runtime's read model (:mod:`fleetledger.projections.machine_requests`). A
 ``POST`` returns only once the read model has folded what it appended, so a ``GET`` right after it
-finds the request. The ``POST`` handler is a coroutine on a :class:`~.lean.LeanRoute`: it awaits
+finds the request. The ``POST`` handler is a coroutine on a lean route, which the app
+(:class:`~.lean.LeanApp`) serves ahead of FastAPI's middleware stack and router: it awaits
 the grouper's decision and the read model as futures, holding no thread while the append is in
 flight. The long-poll awaits a future the read model resolves when the request reaches
 its outcome: no thread is held and no loop polls while a client waits.
