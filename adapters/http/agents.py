@@ -31,6 +31,7 @@ import asyncio
 from functools import partial
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
@@ -120,7 +121,7 @@ def agents_router(runtime: NodesRuntime) -> APIRouter:
                 )
         except NodesError as e:
             return _refused(e)
-        return JSONResponse(_granted(grant))
+        return _GrantResponse(_granted(grant))
 
     router.add_lean_post("/v1/agent/resources", agent_resources)
 
@@ -138,6 +139,15 @@ def agents_router(runtime: NodesRuntime) -> APIRouter:
         return Response(dump_json(dump), media_type="application/json")
 
     return router
+
+
+class _GrantResponse(JSONResponse):
+    """A grant rendered by orjson: the agents' answer is sent thousands of times a second and
+    holds only numbers, names and short warnings, where the standard encoder costs several
+    times more of the server's time per request."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
 
 
 def _granted(grant: Grant) -> dict[str, object]:
