@@ -142,10 +142,14 @@ def _serve(url: str, nodes: int, pods: int, port: int, ready: ProcessEvent) -> N
     from fleetledger.adapters.heap import FrozenStartupHeap
     from fleetledger.adapters.http.agents import agents_router
     from fleetledger.adapters.http.lean import LeanApp
+    from fleetledger.adapters.logging import configure_logging
     from fleetledger.adapters.nodes import NodesRuntime, vm_annotations
     from fleetledger.domain.nodes import Bounds
     from fleetledger.eventstore import open_store
 
+    # A spawned process starts with structlog's defaults, which print to stdout: the server's
+    # logs belong on stderr, beside the progress lines, so that ``--json`` output stays JSON.
+    configure_logging()
     fleet = FakeCluster(
         [
             Node(f"node-{n:03d}", cpu_millis=_NODE_CPUS * 1000, memory_mib=_NODE_MEMORY_GIB * 1024)

@@ -25,7 +25,23 @@ class TestBenchNodes:
         assert report["backend"] == "postgresql"
         assert any("requests/s" in line for line in lines)
 
+    def test_the_server_logs_to_stderr_not_stdout(
+        self, postgres_url: str, capfd: pytest.CaptureFixture[str]
+    ) -> None:
+        """Only the report goes to stdout (``--json`` must parse): the server's logs do not."""
+        bench_nodes(
+            postgres_url, nodes=1, pods=1, clients=1, seconds=0.2, warmup=0.1, progress=_quiet
+        )
+
+        out, err = capfd.readouterr()
+        assert out == ""
+        assert "nodes runtime started" in err
+
     def test_impossible_sizes_are_refused(self, postgres_url: str) -> None:
         """Fewer pods than nodes (or no clients) is refused before anything starts."""
         with pytest.raises(ValueError, match="pods >= nodes"):
             bench_nodes(postgres_url, nodes=4, pods=2)
+
+
+def _quiet(line: str) -> None:
+    del line
