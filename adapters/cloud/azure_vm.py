@@ -98,6 +98,10 @@ BATCH_TAG = "fleetledger-batch"
 
 # Compute's instance view spells a failed create "ProvisioningState/failed/<ARM error code>".
 _FAILED_STATUS_PREFIX = "ProvisioningState/failed/"
+# azure-mgmt-compute's models work out each class's fields on its first construction, without a
+# lock: two workers building their first VM bodies at once can fail with "dictionary changed
+# size during iteration". Building a body takes microseconds beside its PUT, so one at a time.
+_MODEL_BUILDING = threading.Lock()
 
 _Started = LROPoller[compute.VirtualMachine] | MachineObservation | None
 
@@ -228,7 +232,8 @@ class AzureVmCloud:
     ) -> _Started:
         """Send one PUT: a poller if accepted, else the machine's observation or ``None``."""
         owned = {**tags, REQUEST_TAG: spec.request_id} if spec.request_id else tags
-        body = virtual_machine(template, spec, self._profile, subnet_id=subnet_id, tags=owned)
+        with _MODEL_BUILDING:
+            body = virtual_machine(template, spec, self._profile, subnet_id=subnet_id, tags=owned)
         with self._slots:
             held = throttle.held()
             if held is not None:
