@@ -132,7 +132,7 @@ class EventStore:
             places.append(place)
         if not prepared:
             return outcomes
-        weight = sum([len(a.events) for item in prepared for a in item])
+        weight = sum([_weight_of(item) for item in prepared])
         committed: Sequence[AppendOutcome]
         try:
             committed = self._committer.submit_many(prepared, weight=weight)
@@ -142,17 +142,16 @@ class EventStore:
         for place, item, outcome in zip(places, prepared, committed, strict=True):
             outcomes[place] = outcome
             if not isinstance(outcome, EventStoreError):
-                types.update(event.type for append in item for event in append.events)
+                types |= _types_of(item)
         if types:
             self._notify_local(types)
         return outcomes
 
     def _commit(self, item: tuple[PreparedAppend, ...]) -> list[AppendResult]:
-        weight = sum([len(a.events) for a in item])
-        outcome = self._committer.submit(item, weight=weight)
+        outcome = self._committer.submit(item, weight=_weight_of(item))
         if isinstance(outcome, EventStoreError):
             raise outcome
-        self._notify_local({event.type for append in item for event in append.events})
+        self._notify_local(_types_of(item))
         return outcome
 
     # -- reading -----------------------------------------------------------------------------
@@ -433,3 +432,13 @@ class EventStore:
 
     def __repr__(self) -> str:
         return f"EventStore({self._backend.url_for_humans!r})"
+
+
+def _weight_of(item: tuple[PreparedAppend, ...]) -> int:
+    """How many events one commit request carries (the group commit bounds a batch by it)."""
+    return sum([len(append.events) for append in item])
+
+
+def _types_of(item: tuple[PreparedAppend, ...]) -> set[str]:
+    """The event types one commit request carries (what its local wake-up announces)."""
+    return {event.type for append in item for event in append.events}

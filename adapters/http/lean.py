@@ -28,6 +28,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -189,7 +190,7 @@ class _Lane:
         if body is None:
             return  # the client went away before sending its body
         replayed = replay_body(body, receive)
-        if not body or not _is_json(_header(scope, b"content-type")):
+        if not body or not _is_json(Headers(scope=scope).get("content-type", "")):
             await self.app._full(scope, replayed, send)
             return
         try:
@@ -226,10 +227,3 @@ async def _read_body(receive: Receive) -> bytes | None:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return ""
