@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from typing import Any
 
 import sqlalchemy as sa
@@ -99,6 +100,28 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return engine
 
 
+_WAL_SWITCH_ATTEMPTS = 20
+
+
+def _switch_to_wal(dbapi_connection: Any) -> None:
+    """Put the database in WAL mode (a no-op once it is; the mode is stored in the file).
+
+    The switch itself needs the file to itself, and SQLite reports a busy file at once instead of
+    waiting on the busy timeout: two processes opening a new database together (two ``db
+    upgrade`` runs) can meet it. ``BEGIN IMMEDIATE`` does wait on the timeout, so waiting there
+    for the other writer and trying again ends once that writer commits.
+    """
+    for attempt in range(_WAL_SWITCH_ATTEMPTS):
+        try:
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or attempt == _WAL_SWITCH_ATTEMPTS - 1:
+                raise
+        dbapi_connection.execute("BEGIN IMMEDIATE")
+        dbapi_connection.execute("COMMIT")
+
+
 def _sqlite_engine(url: URL, **kwargs: Any) -> Engine:
     engine = sa.create_engine(
         url, connect_args={"check_same_thread": False, "timeout": 30.0}, **kwargs
@@ -109,8 +132,8 @@ def _sqlite_engine(url: URL, **kwargs: Any) -> Engine:
         # pysqlite's implicit transactions are deferred and start late; we issue BEGIN ourselves
         # (see _begin) so the write lock is taken at the start of a write transaction.
         dbapi_connection.isolation_level = None
+        _switch_to_wal(dbapi_connection)
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
         # FULL: an acknowledged append survives power loss, not only a process crash.
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")

@@ -43,6 +43,10 @@ def _run(connection: object) -> None:
         connection=connection,  # type: ignore[arg-type]
         target_metadata=None,
         render_as_batch=True,  # SQLite cannot ALTER most things; batch mode copies the table
+        # Alembic assumes SQLite's DDL is not transactional and then commits after every
+        # revision, which lets a second concurrent run read a revision that is stale by the time
+        # it acts. SQLite's DDL is transactional; one transaction keeps the whole run atomic.
+        transactional_ddl=True,
         transaction_per_migration=False,
     )
     with context.begin_transaction():

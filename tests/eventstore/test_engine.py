@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
+import threading
 from datetime import UTC, timedelta
+from pathlib import Path
 
 import sqlalchemy as sa
 from psycopg.conninfo import conninfo_to_dict
 
 from fleetledger.eventstore import open_store
-from fleetledger.eventstore._engine import libpq_conninfo
+from fleetledger.eventstore._engine import libpq_conninfo, make_engine
 from tests.eventstore.support import new_events
 
 
@@ -27,6 +30,44 @@ class TestPostgresSessions:
 
         assert [e.recorded_at.utcoffset() for e in read] == [timedelta(0), timedelta(0)]
         assert all(e.recorded_at.tzinfo is UTC for e in read)
+
+
+class TestSqliteConnections:
+    def test_a_connection_waits_for_a_writer_to_switch_a_new_file_to_wal(
+        self, tmp_path: Path
+    ) -> None:
+        """Switching to WAL fails at once while another process writes to a file still in its
+        first journal mode; the connection waits for that writer and switches after it."""
+        path = tmp_path / "new.db"
+        writer = sqlite3.connect(path, isolation_level=None)
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("CREATE TABLE first (id INTEGER)")
+        engine = make_engine(f"sqlite:///{path}")
+        waiting = threading.Event()
+
+        def watch(connection: sqlite3.Connection, _record: object) -> None:
+            # Run before fleetledger's own connect hook: tells the test when the WAL switch
+            # has met the lock and is queuing behind the writer.
+            connection.set_trace_callback(
+                lambda sql: waiting.set() if sql == "BEGIN IMMEDIATE" else None
+            )
+
+        sa.event.listen(engine, "connect", watch, insert=True)
+        journal_modes: list[str] = []
+
+        def open_connection() -> None:
+            with engine.connect() as connection:
+                journal_modes.append(connection.exec_driver_sql("PRAGMA journal_mode").scalar_one())
+
+        opened = threading.Thread(target=open_connection)
+        opened.start()
+        assert waiting.wait(timeout=30)
+        writer.execute("COMMIT")
+        opened.join(timeout=30)
+        writer.close()
+        engine.dispose()
+
+        assert journal_modes == ["wal"]
 
 
 class TestLibpqConninfo:
