@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from fleetledger.domain.codec import from_data
 from fleetledger.domain.grouper import BatchSealed, MachineRequested
 from fleetledger.domain.machine_batch import (
     BatchDispatched,
@@ -42,6 +41,7 @@ from fleetledger.domain.machine_batch import (
 )
 from fleetledger.eventstore import EventStore, RecordedEvent
 from fleetledger.projections._reading import catch_up
+from fleetledger.projections.recent import RecentEvents
 
 __all__ = [
     "MachineRequestsProjection",
@@ -118,9 +118,17 @@ class RequestView:
 
 
 class MachineRequestsProjection:
-    """The views of one grouper's requests; thread-safe."""
+    """The views of one grouper's requests; thread-safe.
 
-    def __init__(self, *, grouper_stream: str, batch_stream_prefix: str) -> None:
+    ``recent``: the events this process's grouper and batch streams appended, which the model
+    then folds without decoding them again (see
+    :class:`~fleetledger.projections.recent.RecentEvents`).
+    """
+
+    def __init__(
+        self, *, grouper_stream: str, batch_stream_prefix: str, recent: RecentEvents | None = None
+    ) -> None:
+        self.recent = recent if recent is not None else RecentEvents()
         self._grouper_stream = grouper_stream
         self._batch_prefix = batch_stream_prefix
         self._views: dict[str, RequestView] = {}
@@ -191,7 +199,7 @@ class MachineRequestsProjection:
         return stream == self._grouper_stream or stream.startswith(self._batch_prefix)
 
     def _fold(self, record: RecordedEvent) -> list[RequestView]:
-        event = from_data(record.type, record.schema_version, record.data)
+        event = self.recent.decode(record)
         position = record.global_position
         if isinstance(event, MachineRequested):
             return [

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from fleetledger.domain import nodes
 from fleetledger.domain.codec import from_data, registered_event_types
@@ -22,6 +22,7 @@ from fleetledger.domain.nodes import NodeEvent, NodeState
 from fleetledger.eventstore import EventStore, RecordedEvent
 
 from ._reading import catch_up, events_after, position_in_log
+from .recent import RecentEvents
 
 __all__ = [
     "NODE_EVENT_TYPE_NAMES",
@@ -42,9 +43,14 @@ Json = dict[str, object]
 
 
 class NodesProjection:
-    """Node states by name, folded from the log; thread-safe."""
+    """Node states by name, folded from the log; thread-safe.
 
-    def __init__(self) -> None:
+    ``recent``: the events this process's node streams appended, which the model then folds
+    without decoding them again (see :class:`~fleetledger.projections.recent.RecentEvents`).
+    """
+
+    def __init__(self, *, recent: RecentEvents | None = None) -> None:
+        self.recent = recent if recent is not None else RecentEvents()
         self._lock = threading.Lock()
         self._reading = threading.Lock()
         self._states: dict[str, NodeState] = {}
@@ -90,7 +96,7 @@ class NodesProjection:
         with self._lock:
             if record.global_position <= self._position:
                 return
-            _fold_record(self._states, record)
+            _fold_record(self._states, record, self.recent.decode)
             self._position = record.global_position
 
     def dump(self, *, settings: Mapping[str, object] | None = None) -> Json:
@@ -104,7 +110,7 @@ def fold_nodes(store: EventStore, position: int) -> dict[str, NodeState]:
     """Every node's state folded from the log's start up to ``position`` included."""
     states: dict[str, NodeState] = {}
     for record in events_after(store, 0, types=NODE_EVENT_TYPE_NAMES, until=position):
-        _fold_record(states, record)
+        _fold_record(states, record, _decode)
     return states
 
 
@@ -131,11 +137,20 @@ def _dump(
     return nodes.dumpstate(present, position=position, settings=settings)
 
 
-def _fold_record(states: dict[str, NodeState], record: RecordedEvent) -> None:
+def _decode(record: RecordedEvent) -> object:
+    return from_data(record.type, record.schema_version, record.data)
+
+
+def _fold_record(
+    states: dict[str, NodeState],
+    record: RecordedEvent,
+    decode: Callable[[RecordedEvent], object],
+) -> None:
     if not record.stream_id.startswith(_PREFIX):
         return
     name = record.stream_id[len(_PREFIX) :]
-    event = from_data(record.type, record.schema_version, record.data)
+    event = decode(record)
     if not isinstance(event, NodeEvent):
         raise TypeError(f"{record.type} at {record.stream_id} is not a node-accounting event")
-    states[name] = nodes.evolve(states.get(name, nodes.initial_state()), event)
+    state = states.get(name)
+    states[name] = nodes.evolve(nodes.initial_state() if state is None else state, event)

@@ -106,10 +106,15 @@ class MachinesRuntime:
         if runner is None:
             runner = ThreadRunner(max_workers=max_concurrent_batches) if threads else InlineRunner()
         self._runner = runner
+        self.projection = MachineRequestsProjection(
+            grouper_stream=grouper_stream_id(grouper_name),
+            batch_stream_prefix=batch_stream_prefix(grouper_name),
+        )
         writer = Writer(
             actor=actor,
             labels=(("grouper", grouper_name),),
             fencing=leadership if leadership is not None else NoFencing(),
+            recent=self.projection.recent,
         )
         self.service = MachineService(
             store,
@@ -135,10 +140,6 @@ class MachinesRuntime:
         # seal the log refuses) shows in readiness rather than only in a log line per retry.
         self.duty_watch = DutyWatch(clock=self.clock)
         self.driver = GrouperDriver(self.service, clock=self.clock, watch=self.duty_watch)
-        self.projection = MachineRequestsProjection(
-            grouper_stream=grouper_stream_id(grouper_name),
-            batch_stream_prefix=batch_stream_prefix(grouper_name),
-        )
         self._follower = LogFollower(store, self.projection, types=REQUEST_EVENT_TYPES)
         # Followers accept requests too: the leader learns of their requests and seals through
         # this reactor (catching its grouper up, so the driver sees their deadlines and the

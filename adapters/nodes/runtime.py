@@ -78,12 +78,13 @@ class NodesRuntime:
         self.rule: StartupRule = rule
         self._threads = threads
         self._sync_seconds = sync_seconds
+        self.projection = NodesProjection()
         writer = Writer(
             actor=actor,
             labels=(("capability", "nodes"),),
             fencing=leadership if leadership is not None else NoFencing(),
+            recent=self.projection.recent,
         )
-        self.projection = NodesProjection()
         self.service = NodeService(
             store,
             clock=self.clock,

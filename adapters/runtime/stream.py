@@ -62,6 +62,7 @@ from fleetledger.eventstore import (
     StreamAppend,
     WrongExpectedVersion,
 )
+from fleetledger.projections.recent import RecentEvents
 
 from .aggregate import Aggregate
 from .appends import RetryPolicy, append_decision
@@ -120,11 +121,14 @@ class NoFencing:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Writer:
-    """Who writes: ``actor`` and fixed ``labels`` in every event's metadata, the fencing term."""
+    """Who writes: ``actor`` and fixed ``labels`` in every event's metadata, the fencing term;
+    ``recent``, if given, is handed every event its streams commit, so this process's read
+    models fold them without decoding them again."""
 
     actor: str = "fleetledger"
     labels: tuple[tuple[str, str], ...] = ()
     fencing: Fencing = field(default_factory=NoFencing)
+    recent: RecentEvents | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -675,12 +679,16 @@ class HostedStream(Generic[S, C, E]):
         last_position = results[0].last_position
         # ``state`` already folds every event decided and appended.
         self._state = state
-        self._unannounced.extend(
+        folded = [
             Folded(event, self._version + 1 + offset, str(record.event_id))
             for offset, (event, record) in enumerate(zip(events, records, strict=True))
-        )
-        self._last_event_id = str(records[-1].event_id)
+        ]
+        self._unannounced.extend(folded)
+        self._last_event_id = folded[-1].event_id
         self._version += len(events)
+        if self._writer.recent is not None:
+            # Before any caller hears back: one that then reads a model finds them there.
+            self._writer.recent.remember((f.event_id, f.event) for f in folded)
         start = 0
         for submission, group_events, _ in decided:
             own = slice(start, start + len(group_events))

@@ -51,6 +51,19 @@ class TestNodesProjection:
         projection.catch_up(store)
         assert projection.states() == runtime.service.hosted()
 
+    def test_folding_the_events_handed_over_equals_decoding_them(
+        self, runtime: NodesRuntime, store: EventStore
+    ) -> None:
+        """The runtime's model takes its own streams' events as handed over, not decoded
+        again, and holds what a model decoding every event holds."""
+        _traffic(runtime)
+        runtime.projection.catch_up(store)
+        decoded = NodesProjection()
+        decoded.catch_up(store)
+
+        assert len(runtime.projection.recent) == len(store.read_all(types=NODE_EVENT_TYPE_NAMES))
+        assert runtime.projection.states() == decoded.states()
+
     def test_applying_an_event_twice_changes_nothing(
         self, runtime: NodesRuntime, store: EventStore
     ) -> None:

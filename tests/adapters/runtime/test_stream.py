@@ -28,6 +28,7 @@ from fleetledger.eventstore import (
     StreamAppend,
     open_store,
 )
+from fleetledger.projections.recent import RecentEvents
 
 from .test_example_aggregate import COUNTER, EPOCH, Command, Counter, Event, Increment
 
@@ -254,6 +255,26 @@ class TestLoad:
 
         assert stream.version == 2
         assert stream.state.total == 6
+
+
+class TestRecentEvents:
+    def test_the_writers_read_models_are_handed_what_its_streams_commit(
+        self, store: EventStore
+    ) -> None:
+        """Whether executed or submitted, a committed event reaches the writer's ``recent``
+        as the object decided, for this process's read models to fold without decoding."""
+        recent = RecentEvents()
+        writer = Writer(recent=recent)
+        stream: Hosted = HostedStream(
+            store, COUNTER, "counter-hand", clock=ManualClock(EPOCH), writer=writer
+        )
+
+        executed = stream.execute(plan("h-1"))  # type: ignore[arg-type]
+        submitted = stream.submit(plan("h-2")).result(timeout=10)  # type: ignore[arg-type]
+
+        first, second = store.read_stream("counter-hand")
+        assert recent.decode(first) is executed.events[0]
+        assert recent.decode(second) is submitted.events[0]
 
 
 class TestCompanions:

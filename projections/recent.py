@@ -1,0 +1,52 @@
+"""The domain events this process has just appended, kept by id for its read models.
+
+A read model folds the log, including what this process's own streams appended a moment earlier:
+those events were domain objects in memory before they were encoded, and decoding them back from
+their stored JSON is a large share of a read model's work under load. A writer that knows what it
+appended hands the events over here; the read model takes the object by the record's event id and
+decodes only what it does not find (another process's events, an older log, one evicted).
+
+That is exact, not an approximation: an event id names one stored event (the log's ids are
+unique), and decoding a freshly encoded event gives an equal object, so the model folds the same
+values either way. Only events this process saw committed may be handed over.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from fleetledger.domain.codec import from_data
+from fleetledger.eventstore import RecordedEvent
+
+__all__ = ["RecentEvents"]
+
+
+class RecentEvents:
+    """The last ``capacity`` events handed over, by event id; thread-safe."""
+
+    def __init__(self, *, capacity: int = 16_384) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._events: OrderedDict[str, object] = OrderedDict()
+
+    def remember(self, events: Iterable[tuple[str, object]]) -> None:
+        """Keep ``(event_id, event)`` pairs of events this process saw committed; the oldest
+        go once more than ``capacity`` are kept."""
+        with self._lock:
+            self._events.update(events)
+            for _ in range(len(self._events) - self._capacity):
+                self._events.popitem(last=False)
+
+    def decode(self, record: RecordedEvent) -> object:
+        """The domain event stored in ``record``: the one handed over, else decoded."""
+        event = self._events.get(str(record.event_id))
+        if event is None:
+            return from_data(record.type, record.schema_version, record.data)
+        return event
+
+    def __len__(self) -> int:
+        return len(self._events)
