@@ -26,8 +26,6 @@ they choose.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-
 import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
@@ -72,6 +70,14 @@ SHUTTING_DOWN = (
 )
 
 log = structlog.get_logger(__name__)
+
+_FOLLOW_INTERVAL_SECONDS = 0.05
+"""While requests keep coming, the read model reads the log at most this often: a burst is folded
+a page at a time, not an append at a time. A status read sees the model as of at most this long
+ago; one for a request not folded yet reads the log first."""
+_REACT_INTERVAL_SECONDS = 0.05
+"""Likewise for the coordinator's reactor: on the leader it only backs up the batches handed over
+directly, and a follower's request reaches the leader's grouper at most this much later."""
 
 
 class MachinesRuntime:
@@ -140,7 +146,12 @@ class MachinesRuntime:
         # seal the log refuses) shows in readiness rather than only in a log line per retry.
         self.duty_watch = DutyWatch(clock=self.clock)
         self.driver = GrouperDriver(self.service, clock=self.clock, watch=self.duty_watch)
-        self._follower = LogFollower(store, self.projection, types=REQUEST_EVENT_TYPES)
+        self._follower = LogFollower(
+            store,
+            self.projection,
+            types=REQUEST_EVENT_TYPES,
+            min_interval_seconds=_FOLLOW_INTERVAL_SECONDS,
+        )
         # Followers accept requests too: the leader learns of their requests and seals through
         # this reactor (catching its grouper up, so the driver sees their deadlines and the
         # coordinator their batches). A batch this process seals is handed over directly as
@@ -158,6 +169,7 @@ class MachinesRuntime:
                 )
             ],
             poll_interval=reactor_poll_seconds,
+            min_interval=_REACT_INTERVAL_SECONDS,
         )
         self.machines = Machines(self.service, running=lambda: self._running)
         self._running = False
@@ -188,22 +200,6 @@ class MachinesRuntime:
     def term(self) -> int | None:
         """The leader term this process leads in, if it was elected."""
         return self.duties.term
-
-    def wait_until_read(self, position: int, *, timeout: float) -> bool:
-        """Block until the read model has folded the log up to ``position`` (True), or
-        ``timeout`` seconds pass. The follower thread reads for every waiter at once; without it
-        (``threads=False``) the caller reads."""
-        if not self._follower.running:
-            self.projection.catch_up(self.store)
-        return self.projection.wait_for_position(position, timeout=timeout)
-
-    def read_up_to(self, position: int) -> Future[None] | None:
-        """A future resolved once the read model has folded the log up to ``position``: the
-        non-blocking :meth:`wait_until_read`. ``None`` when no follower thread reads
-        (``threads=False``): the caller must read, with :meth:`wait_until_read`."""
-        if not self._follower.running:
-            return None
-        return self.projection.reached(position)
 
     def reactor_failures(self) -> list[str]:
         """What stopped a reactor, if anything did (for readiness)."""

@@ -69,10 +69,13 @@ class Reactors:
         reactors: Sequence[Reactor[Any]],
         *,
         poll_interval: float = 1.0,
+        min_interval: float = 0.0,
     ) -> None:
         self._store = store
         self._reactors = tuple(reactors)
         self._poll_interval = poll_interval
+        # See EventStore.subscribe: reactors that need not answer each append at once.
+        self._min_interval = min_interval
         self._subscriptions: list[Subscription] = []
 
     @property
@@ -93,6 +96,7 @@ class Reactors:
                 types=reactor.type_names(),
                 poll_interval=self._poll_interval,
                 handler_writes=False,
+                min_interval=self._min_interval,
             )
             for reactor in self._reactors
         ]
