@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -171,7 +172,14 @@ class SqlBackend:
             raise EventStoreError(f"cannot use database URL: {e}") from e
         self.is_sqlite = is_sqlite(self._engine)
         self.url_for_humans = self._engine.url.render_as_string(hide_password=True)
-        self._wake_ups = None if self.is_sqlite else Notifier(self._conninfo(), NOTIFY_CHANNEL)
+        # Names this backend's NOTIFYs: its listener skips them (its store woke its own
+        # waiters at commit already, sparing them a second wake-up and read per burst).
+        self._sender = uuid.uuid4().hex
+        self._wake_ups = (
+            None
+            if self.is_sqlite
+            else Notifier(self._conninfo(), NOTIFY_CHANNEL, sender=self._sender)
+        )
         self._appender = (
             None
             if self._wake_ups is None
@@ -407,8 +415,9 @@ class SqlBackend:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     on_notify()  # anything committed while we were not listening
                     while not stop.is_set():
-                        for _ in conn.notifies(timeout=timeout, stop_after=1):
-                            on_notify()
+                        for notify in conn.notifies(timeout=timeout, stop_after=1):
+                            if notify.payload != self._sender:
+                                on_notify()
             except psycopg.OperationalError:
                 # Polling keeps subscribers correct while LISTEN is down; wait, then reconnect.
                 stop.wait(timeout)

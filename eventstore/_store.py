@@ -67,11 +67,15 @@ class EventStore:
         # Wake-ups for subscribers: bumped on every local commit and on every NOTIFY. A local
         # commit also records, per event type it carried, the sequence that announced it, so a
         # waiter interested in some types only sleeps through other types' commits (a NOTIFY
-        # names no types: it is a broadcast, like an explicit wake()).
-        self._wake = threading.Condition()
+        # names no types: it is a broadcast, like an explicit wake()). Each waiter parks on an
+        # event of its own that only a commit it wants sets: with one condition for all, every
+        # commit woke every reader of other capabilities just to go back to sleep, and those
+        # thread switches were a large share of a busy server's CPU.
+        self._wake = threading.Lock()
         self._wake_seq = 0
         self._broadcast_seq = 0
         self._type_seq: dict[str, int] = {}
+        self._waiters: list[_WakeWaiter] = []
         self._listener: threading.Thread | None = None
         self._listener_stop = threading.Event()
         self._subscriptions: list[Subscription] = []
@@ -373,15 +377,23 @@ class EventStore:
         a NOTIFY, and :meth:`wake` wake every waiter.
         """
         self._ensure_listener()
+        waiter = _WakeWaiter(None if types is None else frozenset(types))
         with self._wake:
-            if types is None:
-                return self._wake.wait_for(lambda: self._wake_seq != seen, timeout=timeout)
-            return self._wake.wait_for(lambda: self._woken_for(seen, types), timeout=timeout)
+            if self._woken_for(seen, waiter.types):
+                return True
+            if timeout <= 0:
+                return False
+            self._waiters.append(waiter)
+        try:
+            return waiter.event.wait(timeout)
+        finally:
+            with self._wake:
+                self._waiters.remove(waiter)
 
-    def _woken_for(self, seen: int, types: Collection[str]) -> bool:
+    def _woken_for(self, seen: int, types: frozenset[str] | None) -> bool:
         if self._wake_seq == seen:
             return False
-        if self._broadcast_seq > seen:
+        if types is None or self._broadcast_seq > seen:
             return True
         type_seq = self._type_seq
         return any(type_seq.get(name, 0) > seen for name in types)
@@ -400,10 +412,14 @@ class EventStore:
             self._wake_seq += 1
             if types is None:
                 self._broadcast_seq = self._wake_seq
-            else:
-                for name in types:
-                    self._type_seq[name] = self._wake_seq
-            self._wake.notify_all()
+                for waiter in self._waiters:
+                    waiter.event.set()
+                return
+            for name in types:
+                self._type_seq[name] = self._wake_seq
+            for waiter in self._waiters:
+                if waiter.types is None or not waiter.types.isdisjoint(types):
+                    waiter.event.set()
 
     def _ensure_listener(self) -> None:
         if self._backend.is_sqlite or self._listener is not None:
@@ -439,6 +455,16 @@ class EventStore:
 
     def __repr__(self) -> str:
         return f"EventStore({self._backend.url_for_humans!r})"
+
+
+class _WakeWaiter:
+    """One caller of ``wait_for_wake``: the event types it waits for (``None``: any)."""
+
+    __slots__ = ("event", "types")
+
+    def __init__(self, types: frozenset[str] | None) -> None:
+        self.types = types
+        self.event = threading.Event()
 
 
 def _weight_of(item: tuple[PreparedAppend, ...]) -> int:

@@ -33,15 +33,23 @@ DEFAULT_WINDOW_SECONDS = 0.01
 
 
 class Notifier:
-    """Sends ``NOTIFY channel`` after commits: at once after a quiet spell, then at most once
-    per window while commits keep coming; on its own connection and thread."""
+    """Sends ``NOTIFY channel, 'sender'`` after commits: at once after a quiet spell, then at
+    most once per window while commits keep coming; on its own connection and thread."""
 
     def __init__(
-        self, conninfo: str, channel: str, *, window: float = DEFAULT_WINDOW_SECONDS
+        self,
+        conninfo: str,
+        channel: str,
+        *,
+        window: float = DEFAULT_WINDOW_SECONDS,
+        sender: str = "",
     ) -> None:
         self._conninfo = conninfo
         quoted = channel.replace('"', '""')
-        self._statement = f'NOTIFY "{quoted}"'.encode()
+        # The payload names the sending process, so that its own listener can tell its own
+        # wake-ups (which it has already had in-process) from other processes'.
+        payload = sender.replace("'", "''")
+        self._statement = f"NOTIFY \"{quoted}\", '{payload}'".encode()
         self._window = window
         self._changed = threading.Condition()
         self._armed = False

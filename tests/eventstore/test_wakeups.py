@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -133,6 +135,79 @@ class TestInProcess:
         assert store.wait_for_wake(seen, timeout=0, types=["Wanted"])
 
 
+class Counter:
+    """Counts calls; a test waits for a count without sleeping."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._changed = threading.Condition()
+
+    def __call__(self) -> None:
+        with self._changed:
+            self.calls += 1
+            self._changed.notify_all()
+
+    def wait_for(self, calls: int) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.calls >= calls, timeout=WAIT)
+
+
+class TestWaiters:
+    def test_a_waiter_sleeps_through_other_types_until_its_own_arrive(
+        self, sqlite_store: EventStore
+    ) -> None:
+        """A parked reader of some types is not woken by another capability's append (each
+        such wake-up was a thread switch for nothing), and is by one of its own. (SQLite: no
+        listener thread whose wake-ups on connecting would reach every waiter meanwhile.)"""
+        store = sqlite_store
+        seen = store.wake_sequence()
+        woken: list[bool] = []
+        waiter = threading.Thread(
+            target=lambda: woken.append(store.wait_for_wake(seen, timeout=WAIT, types=["Wanted"]))
+        )
+        waiter.start()
+        wait_until(lambda: len(store._waiters) == 1)
+
+        store.append("vm-1", new_events(1, type="Other"))
+        [parked] = store._waiters
+        slept_through = not parked.event.is_set()
+        store.append("vm-2", new_events(1, type="Wanted"))
+        waiter.join(WAIT)
+
+        assert slept_through
+        assert woken == [True]
+
+
+class TestListening:
+    def test_only_other_processes_notifications_wake_the_store(
+        self, postgres_store: EventStore, postgres_url: str
+    ) -> None:
+        """This store's own NOTIFYs come back to its listener, which skips them: its waiters
+        were woken at commit, and a broadcast would send every reader to read again."""
+        backend = postgres_store.backend
+        own = backend._sender
+        counter = Counter()
+        stop = threading.Event()
+        listening = threading.Thread(
+            target=backend.listen, args=(counter, stop), kwargs={"timeout": 0.1}
+        )
+        listening.start()
+        counter.wait_for(1)  # the call made on connecting, for whatever came before
+        with psycopg.connect(libpq_conninfo(postgres_url)) as other:
+            for _ in range(50):
+                other.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, own))
+            other.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, "another-process"))
+        # Delivered in order: once the marker below is counted, every notification above is.
+        counter.wait_for(2)
+        with psycopg.connect(libpq_conninfo(postgres_url), autocommit=True) as other:
+            other.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, END))
+        counter.wait_for(3)
+        stop.set()
+        listening.join(WAIT)
+
+        assert counter.calls == 3
+
+
 class TestAcrossStores:
     def test_an_append_wakes_a_subscriber_of_another_store_before_its_poll(
         self, postgres_url: str
@@ -161,3 +236,10 @@ class TestAcrossStores:
         postgres_store.close()  # flushes the pending wake-up
 
         assert notifications_before_end(listener, postgres_url) == 1
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        time.sleep(0.001)
