@@ -41,9 +41,13 @@ class RecentEvents:
             for _ in range(len(self._events) - self._capacity):
                 self._events.popitem(last=False)
 
+    def get(self, record: RecordedEvent) -> object | None:
+        """The domain event handed over for ``record``, if it was (and is still kept)."""
+        return self._events.get(str(record.event_id))
+
     def decode(self, record: RecordedEvent) -> object:
         """The domain event stored in ``record``: the one handed over, else decoded."""
-        event = self._events.get(str(record.event_id))
+        event = self.get(record)
         if event is None:
             return from_data(record.type, record.schema_version, record.data)
         return event

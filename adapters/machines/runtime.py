@@ -170,6 +170,7 @@ class MachinesRuntime:
             ],
             poll_interval=reactor_poll_seconds,
             min_interval=_REACT_INTERVAL_SECONDS,
+            recent=self.projection.recent,
         )
         self.machines = Machines(self.service, running=lambda: self._running)
         self._running = False

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import sqlalchemy as sa
@@ -23,6 +24,7 @@ import structlog
 
 from fleetledger.domain.codec import registered_event_types
 from fleetledger.eventstore import EventStore, RecordedEvent, Subscription
+from fleetledger.projections.recent import RecentEvents
 
 from .codec import EventCodec
 
@@ -53,11 +55,23 @@ class Reactor(Generic[E]):
         known = registered_event_types()
         return [n for n in names if known[n].cls in wanted]
 
-    def handle(self, record: RecordedEvent, connection: sa.Connection) -> None:
-        """The subscription handler: decode and react (the connection is not needed)."""
+    def handle(
+        self,
+        record: RecordedEvent,
+        connection: sa.Connection,
+        *,
+        recent: RecentEvents | None = None,
+    ) -> None:
+        """The subscription handler: decode and react (the connection is not needed). An
+        event this process committed is taken from ``recent`` instead of decoded again."""
         if self.streams is not None and not self.streams(record.stream_id):
             return
-        self.react(self.codec.decode(record), record)
+        known = None if recent is None else recent.get(record)
+        if isinstance(known, self.codec.event_types):
+            event: E = known  # type: ignore[assignment]  # one of the codec's event types
+        else:
+            event = self.codec.decode(record)
+        self.react(event, record)
 
 
 class Reactors:
@@ -70,9 +84,12 @@ class Reactors:
         *,
         poll_interval: float = 1.0,
         min_interval: float = 0.0,
+        recent: RecentEvents | None = None,
     ) -> None:
         self._store = store
         self._reactors = tuple(reactors)
+        # The events this process's streams committed (see Writer.recent): not decoded again.
+        self._recent = recent
         self._poll_interval = poll_interval
         # See EventStore.subscribe: reactors that need not answer each append at once.
         self._min_interval = min_interval
@@ -92,7 +109,7 @@ class Reactors:
         self._subscriptions = [
             self._store.subscribe(
                 reactor.name,
-                reactor.handle,
+                partial(reactor.handle, recent=self._recent),
                 types=reactor.type_names(),
                 poll_interval=self._poll_interval,
                 handler_writes=False,
@@ -108,7 +125,7 @@ class Reactors:
             self._subscriptions = [
                 self._store.subscribe(
                     reactor.name,
-                    reactor.handle,
+                    partial(reactor.handle, recent=self._recent),
                     types=reactor.type_names(),
                     poll_interval=self._poll_interval,
                     start=False,

@@ -24,11 +24,13 @@ from fleetledger.adapters.runtime import (
     EventCodec,
     HostedStream,
     SnapshotCodec,
+    Writer,
 )
 from fleetledger.adapters.runtime.reactors import Reactor, Reactors
 from fleetledger.domain.codec import register_event
 from fleetledger.domain.errors import Rejected
 from fleetledger.eventstore import EventStore, RecordedEvent
+from fleetledger.projections.recent import RecentEvents
 
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 WINDOW = timedelta(seconds=10)
@@ -205,6 +207,28 @@ class TestReactor:
             Reactors(store, [reactor]).run_until_caught_up()
 
         assert seen == [1, 2]
+
+    def test_an_event_this_process_committed_is_not_decoded_again(self, store: EventStore) -> None:
+        """Given the writer's recent events, the reactor is handed the very object decided."""
+        seen: list[Event] = []
+        reactor = Reactor(
+            name="counter-report",
+            codec=COUNTER.codec,
+            types=(WindowClosed,),
+            react=lambda event, record: seen.append(event),
+        )
+        recent = RecentEvents()
+        clock = ManualClock(EPOCH)
+        stream = HostedStream(
+            store, COUNTER, COUNTER.stream_of("a"), clock=clock, writer=Writer(recent=recent)
+        )
+        increment(stream)
+        clock.advance(WINDOW)
+        decided = stream.execute(lambda at: [(CloseWindow(at), "tick")])
+
+        Reactors(store, [reactor], recent=recent).run_until_caught_up()
+
+        assert len(seen) == 1 and seen[0] is decided.events[0]
 
 
 class TestSnapshots:
