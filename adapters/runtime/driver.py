@@ -47,12 +47,26 @@ class ClockDriver:
         self._changed = threading.Condition()
         self._sequence = 0
         self._stopping = False
+        # The deadline the parked thread wakes at by itself (None: not parked on one).
+        self._parked_until: datetime | None = None
         self._thread: threading.Thread | None = None
         self.ticks = 0
         """How many ``Tick`` commands were sent (the simulator and tests read it)."""
 
     def wake(self) -> None:
-        """Something changed: recompute the deadline (an observer of the aggregate's stream)."""
+        """Something changed: recompute the deadline (an observer of the aggregate's stream).
+
+        A change whose deadline is no nearer than the one the thread is parked on needs no
+        wake-up: the thread reads the state when it wakes at its own deadline anyway. Under a
+        burst of commands that is most of them (each new request only moves its batch's idle
+        deadline later), and each wake-up would be a thread switch for nothing.
+        """
+        with self._changed:
+            parked_until = self._parked_until
+        if parked_until is not None:
+            deadline = self._next_deadline()
+            if deadline is not None and deadline >= parked_until:
+                return
         with self._changed:
             self._sequence += 1
             self._changed.notify_all()
@@ -106,16 +120,23 @@ class ClockDriver:
                     error=str(e),
                     retry_in_seconds=_RETRY_AFTER_ERROR_SECONDS,
                 )
-                wait = _RETRY_AFTER_ERROR_SECONDS
-            self._wait_for_change(seen, wait)
+                deadline, wait = None, _RETRY_AFTER_ERROR_SECONDS
+            self._wait_for_change(seen, wait, deadline)
         log.debug("clock driver stopped", driver=self.name)
 
-    def _wait_for_change(self, seen: int, timeout: float | None) -> None:
-        """Park until a change after ``seen``, a stop, or ``timeout`` seconds (None: forever)."""
+    def _wait_for_change(
+        self, seen: int, timeout: float | None, deadline: datetime | None = None
+    ) -> None:
+        """Park until a change after ``seen``, a stop, or ``timeout`` seconds (None: forever);
+        ``deadline`` is the time the timeout ends at, when it is one."""
         with self._changed:
-            self._changed.wait_for(
-                lambda: self._stopping or self._sequence != seen, timeout=timeout
-            )
+            self._parked_until = deadline
+            try:
+                self._changed.wait_for(
+                    lambda: self._stopping or self._sequence != seen, timeout=timeout
+                )
+            finally:
+                self._parked_until = None
 
     def _seconds_until(self, deadline: datetime) -> float:
         return max(0.0, (deadline - self._clock.now()).total_seconds())
