@@ -27,7 +27,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -42,7 +42,7 @@ from fleetledger.adapters.cloud import (
     BatchCreateResult,
     FakeCloud,
     MachineObservation,
-    ProgressNote,
+    ProgressCallback,
 )
 from fleetledger.adapters.http import create_app
 from fleetledger.adapters.http.limits import DEFAULT_MAX_BODY_BYTES
@@ -459,7 +459,7 @@ class _SignallingCloud:
         self.entered = threading.Event()
 
     def create_batch(
-        self, request: BatchCreate, *, on_progress: Callable[[ProgressNote], None] | None = None
+        self, request: BatchCreate, *, on_progress: ProgressCallback | None = None
     ) -> BatchCreateResult:
         self.entered.set()
         return self.inner.create_batch(request, on_progress=on_progress)

@@ -50,7 +50,7 @@ that ``read_machine`` finds failed is deleted too (``MachineObservation.deleted`
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -80,6 +80,7 @@ from .port import (
     BatchCreateResult,
     MachineObservation,
     MachineSpec,
+    ProgressCallback,
     ProgressNote,
     encode_batch_put_machine_header,
 )
@@ -169,7 +170,7 @@ class AksMachinesCloud:
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         bad = {m.machine_name: invalid_tag_keys(m.tags) for m in request.machines}
         if any(bad.values()):
@@ -211,7 +212,7 @@ class AksMachinesCloud:
         self,
         request: BatchCreate,
         machines: Sequence[MachineSpec],
-        on_progress: Callable[[ProgressNote], None] | None,
+        on_progress: ProgressCallback | None,
     ) -> BatchCreateResult:
         body = machine_body(request.template, tags=self._ownership(request.batch_id))
         started, refused = self._put(machines, body)
@@ -240,9 +241,9 @@ class AksMachinesCloud:
                 started.append(name)  # ours already: a replay, or a create that did start
             else:
                 failed[name] = _name_in_use(name)
-        if on_progress is not None:
-            for name in started:
-                on_progress(ProgressNote(name, self._machine_token(name)))
+        if on_progress is not None and started:
+            # One batch PUT accepted them together: noted together, in one append.
+            on_progress([ProgressNote(name, self._machine_token(name)) for name in started])
         created: dict[str, str] = {}
         deleted: list[str] = []
         for name, seen in self._await(started).items():

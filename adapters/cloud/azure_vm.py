@@ -74,6 +74,7 @@ from .port import (
     BatchCreateResult,
     MachineObservation,
     MachineSpec,
+    ProgressCallback,
     ProgressNote,
 )
 
@@ -158,7 +159,7 @@ class AzureVmCloud:
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         note = _serialised(on_progress)
         subnet = request.template.vnet_subnet_id or self._profile.subnet_id
@@ -477,14 +478,15 @@ class _ThrottleGate:
 
 
 def _serialised(
-    on_progress: Callable[[ProgressNote], None] | None,
+    on_progress: ProgressCallback | None,
 ) -> Callable[[ProgressNote], None]:
-    """``on_progress`` behind a lock, so callers never see overlapping calls from workers."""
+    """``on_progress`` behind a lock, so callers never see overlapping calls from workers; each
+    PUT is accepted on its own, so each is noted on its own."""
     lock = threading.Lock()
 
     def note(progress: ProgressNote) -> None:
         if on_progress is not None:
             with lock:
-                on_progress(progress)
+                on_progress([progress])
 
     return note

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -41,6 +41,7 @@ from .port import (
     BatchCreate,
     BatchCreateResult,
     MachineObservation,
+    ProgressCallback,
     ProgressNote,
     batch_put_machine_header,
 )
@@ -157,7 +158,7 @@ class FakeCloud:
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         with self._lock:
             self._calls.append(FakeCall(request, batch_put_machine_header(request.machines)))
@@ -166,9 +167,10 @@ class FakeCloud:
             accepted, refused = self._accept(request)
             omitted = self._omitted & set(accepted)
             self._omitted -= omitted
-        if on_progress is not None:
-            for name in accepted:
-                on_progress(ProgressNote(name, f"fake:{request.batch_id}:{name}"))
+        if on_progress is not None and accepted:
+            on_progress(
+                [ProgressNote(name, f"fake:{request.batch_id}:{name}") for name in accepted]
+            )
         self._clock.sleep(self._latency.total_seconds())
         created: dict[str, str] = {}
         failed: dict[str, CloudError] = dict(refused)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeAlias
 
 from fleetledger.domain.machine_batch import (
     batch_put_machine_header as domain_batch_put_machine_header,
@@ -40,6 +40,7 @@ __all__ = [
     "MachineObservation",
     "MachineSpec",
     "MachineStatus",
+    "ProgressCallback",
     "ProgressNote",
     "batch_put_machine_header",
     "encode_batch_put_machine_header",
@@ -147,6 +148,10 @@ class ProgressNote:
     resume_token: str
 
 
+ProgressCallback: TypeAlias = Callable[[Sequence[ProgressNote]], None]
+"""Told the machines the provider accepted, all those accepted together in one call."""
+
+
 @dataclass(frozen=True, slots=True)
 class MachineObservation:
     """What the provider says about one machine right now.
@@ -177,14 +182,16 @@ class CloudMachines(Protocol):
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         """Create every machine of ``request``; see the module docstring for the outcomes.
 
-        ``on_progress`` is called once per machine the provider accepted, before its outcome is
-        awaited; calls never overlap, though they may come from a worker thread. An exception it
-        raises propagates out of ``create_batch`` (the creates already accepted carry on in the
-        cloud, and can be resumed with the tokens already noted).
+        ``on_progress`` is given the notes of the machines the provider accepted, before their
+        outcomes are awaited: in one call those accepted together (one batch PUT's), so that they
+        are recorded in one append rather than one each; calls never overlap, though they may
+        come from a worker thread. An exception it raises propagates out of ``create_batch``
+        (the creates already accepted carry on in the cloud, and can be resumed with the tokens
+        already noted).
         """
         ...
 

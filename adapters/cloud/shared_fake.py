@@ -16,12 +16,17 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from fleetledger.adapters.clock import Clock, SystemClock
 
-from .port import BatchCreate, BatchCreateResult, MachineObservation, ProgressNote
+from .port import (
+    BatchCreate,
+    BatchCreateResult,
+    MachineObservation,
+    ProgressCallback,
+    ProgressNote,
+)
 
 __all__ = ["SharedFakeCloud"]
 
@@ -63,7 +68,7 @@ class SharedFakeCloud:
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         ready_at = self._clock.now().timestamp() + self._latency
         with self._lock, self._connect() as conn:
@@ -77,8 +82,9 @@ class SharedFakeCloud:
                 )
             conn.execute("COMMIT")
         if on_progress is not None:
-            for name in request.machine_names:
-                on_progress(ProgressNote(name, f"shared-fake:{name}"))
+            on_progress(
+                [ProgressNote(name, f"shared-fake:{name}") for name in request.machine_names]
+            )
         self._clock.sleep(self._latency)
         created: dict[str, str] = {}
         for name in request.machine_names:

@@ -353,11 +353,14 @@ class Coordinator:
             batch_id=batch.batch_id, machine_names=request.machine_names, attempt=attempt
         )
 
-        def record_accepted(note: ProgressNote) -> None:
-            # In the log before the create is awaited further: a restart resumes this operation.
+        def record_accepted(notes: Sequence[ProgressNote]) -> None:
+            # In the log before the creates are awaited further: a restart resumes them. Notes
+            # the cloud gives together (one batch PUT's) are one append.
+            now = self._clock.now()
             batch.record(
-                RecordCreateAccepted(
-                    batch.batch_id, note.machine_name, note.resume_token, at=self._clock.now()
+                *(
+                    RecordCreateAccepted(batch.batch_id, n.machine_name, n.resume_token, at=now)
+                    for n in notes
                 )
             )
 
@@ -530,13 +533,17 @@ class _BatchLog:
         except StoreUnavailable as e:
             raise MachinesLogUnavailable(f"cannot load batch {self.batch_id}: {e}") from e
 
-    def record(self, command: BatchCommand) -> None:
-        """Decide ``command`` on the current state and append (a leader duty).
+    def record(self, *commands: BatchCommand) -> None:
+        """Decide ``commands`` in turn on the current state and append what they decide in one
+        append, or nothing if one is refused (a leader duty).
 
         Each event's causation is the event the decision was taken after (the stream's last).
         """
         try:
-            self._stream.execute(lambda at: [(command, self._stream.last_event_id)], duty=True)
+            self._stream.execute(
+                lambda at: [(command, self._stream.last_event_id) for command in commands],
+                duty=True,
+            )
         except CommandRefused as e:
             raise BatchStalled(f"batch {self.batch_id}: {e.error.reason}") from e.error
         except LogContention as e:

@@ -33,7 +33,7 @@ from fleetledger.adapters.cloud import (
     CloudMachines,
     FakeCloud,
     MachineObservation,
-    ProgressNote,
+    ProgressCallback,
 )
 from fleetledger.adapters.machines import MachineRequest, MachinesRuntime
 from fleetledger.adapters.simulator.logs import simulation_store
@@ -204,7 +204,7 @@ class _MeteredCloud:
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         self.creates += 1
         return self._inner.create_batch(request, on_progress=on_progress)

@@ -7,7 +7,7 @@ started machines into failures, the agent pool check, ownership tags and failed 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from azure.mgmt.containerservice import ContainerServiceClient
@@ -491,8 +491,8 @@ class TestFailedLeftovers:
         fake_arm.fail_async("m-1", "AllocationFailed")
         notes: list[ProgressNote] = []
 
-        def crash(note: ProgressNote) -> None:
-            notes.append(note)
+        def crash(accepted: Sequence[ProgressNote]) -> None:
+            notes.extend(accepted)
             raise Crash
 
         with pytest.raises(Crash):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 import pytest
@@ -295,8 +295,8 @@ class TestContinuationToken:
         """A fresh client and adapter, given only the token, finish the create without a PUT."""
         notes: list[ProgressNote] = []
 
-        def record_then_crash(note: ProgressNote) -> None:
-            notes.append(note)
+        def record_then_crash(accepted: Sequence[ProgressNote]) -> None:
+            notes.extend(accepted)
             raise Crash
 
         with pytest.raises(Crash):

@@ -6,6 +6,8 @@ ARM server) must pass the very same tests.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from fleetledger.adapters.cloud import (
@@ -35,7 +37,7 @@ class TestCreateBatch:
         """Each accepted machine gets one progress note with a resume token."""
         notes: list[ProgressNote] = []
 
-        harness.cloud.create_batch(batch("m-1", "m-2"), on_progress=notes.append)
+        harness.cloud.create_batch(batch("m-1", "m-2"), on_progress=notes.extend)
 
         assert sorted(n.machine_name for n in notes) == ["m-1", "m-2"]
         assert all(n.resume_token for n in notes)
@@ -154,8 +156,8 @@ class TestReadMachine:
         """After a crash right after a progress note, the token resumes the create: no re-PUT."""
         notes: list[ProgressNote] = []
 
-        def record_then_crash(note: ProgressNote) -> None:
-            notes.append(note)
+        def record_then_crash(accepted: Sequence[ProgressNote]) -> None:
+            notes.extend(accepted)
             raise Crash
 
         with pytest.raises(Crash):

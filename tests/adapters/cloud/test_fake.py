@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
@@ -34,7 +35,7 @@ class TestLatency:
         clock = ManualClock(EPOCH)
         cloud = FakeCloud(clock=clock, latency=90.0)
 
-        def crash(note: ProgressNote) -> None:
+        def crash(notes: Sequence[ProgressNote]) -> None:
             raise RuntimeError("controller died")
 
         with pytest.raises(RuntimeError):

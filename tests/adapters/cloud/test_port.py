@@ -151,6 +151,7 @@ class TestPublicSurface:
             "MachineStatus",
             "NameInUse",
             "OperationRefused",
+            "ProgressCallback",
             "ProgressNote",
             "QuotaExceeded",
             "SkuUnavailable",

@@ -18,7 +18,7 @@ from fleetledger.adapters.cloud import (
     CloudMachines,
     FakeCloud,
     MachineObservation,
-    ProgressNote,
+    ProgressCallback,
 )
 from fleetledger.adapters.machines import MachineRequest, MachinesRuntime
 from fleetledger.domain.grouper import GrouperConfig
@@ -96,7 +96,7 @@ class CrashingCloud:
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         if self._armed and self._when == "before_call":
             self._armed = False
@@ -124,7 +124,7 @@ class LostCalls:
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         self.attempts += 1
         raise ConnectionResetError("connection reset before the request was sent")
@@ -146,7 +146,7 @@ class CountingCloud:
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         return self.inner.create_batch(request, on_progress=on_progress)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Sequence
 
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cloud import (
@@ -12,6 +12,7 @@ from fleetledger.adapters.cloud import (
     CapacityUnavailable,
     FakeCloud,
     MachineObservation,
+    ProgressCallback,
     ProgressNote,
     QuotaExceeded,
 )
@@ -22,7 +23,7 @@ from fleetledger.adapters.machines import (
     batch_stream_id,
     current_batch,
 )
-from fleetledger.eventstore import EventStore
+from fleetledger.eventstore import EventStore, RecordedEvent
 
 from .support import (
     EPOCH,
@@ -57,16 +58,25 @@ class RecordingCloud:
         self._store = store
         self.log_at_call: list[list[str]] = []
         self.batch_at_call: list[BatchMetadata | None] = []
+        self.noted: list[list[RecordedEvent]] = []
+        """What each progress call had appended when it returned."""
 
     def create_batch(
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
         self.log_at_call.append(batch_events(self._store, request.batch_id))
         self.batch_at_call.append(current_batch())
-        return self._inner.create_batch(request, on_progress=on_progress)
+
+        def noting(notes: Sequence[ProgressNote]) -> None:
+            assert on_progress is not None
+            head = self._store.head()
+            on_progress(notes)
+            self.noted.append(self._store.read_all(after=head))
+
+        return self._inner.create_batch(request, on_progress=noting)
 
     def read_machine(
         self, machine_name: str, *, resume_token: str | None = None
@@ -125,6 +135,20 @@ class TestDispatch:
         assert cloud.batch_at_call == [
             BatchMetadata(batch_id=outcome.batch_id, machine_names=("m-1", "m-2"), attempt=1)
         ]
+
+    def test_machines_accepted_together_are_noted_in_one_commit(
+        self, sqlite_store: EventStore
+    ) -> None:
+        """A batch PUT's notes are one append, not a commit per machine, and in the log before
+        the create is awaited further."""
+        cloud = RecordingCloud(FakeCloud(), sqlite_store)
+
+        outcomes_of(sqlite_store, cloud, request(1), request(2), request(3))
+
+        [noted] = cloud.noted
+        assert [e.type for e in noted] == ["vm.MachineCreateAccepted"] * 3
+        assert [e.data["machine_name"] for e in noted] == ["m-1", "m-2", "m-3"]
+        assert len({e.recorded_at for e in noted}) == 1  # one commit's timestamp
 
     def test_per_machine_mode_records_each_call_and_no_header(
         self, sqlite_store: EventStore

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 
 import psycopg
@@ -30,7 +30,7 @@ from fleetledger.adapters.cloud import (
     BatchCreateResult,
     FakeCloud,
     MachineObservation,
-    ProgressNote,
+    ProgressCallback,
 )
 from fleetledger.adapters.http import create_app
 from fleetledger.adapters.machines import (
@@ -67,7 +67,7 @@ class HeldCloud:
             assert self._entered.acquire(timeout=timeout), "a batch never reached the cloud"
 
     def create_batch(
-        self, request: BatchCreate, *, on_progress: Callable[[ProgressNote], None] | None = None
+        self, request: BatchCreate, *, on_progress: ProgressCallback | None = None
     ) -> BatchCreateResult:
         self._entered.release()
         assert self.release.wait(60), "the test never released the cloud calls"

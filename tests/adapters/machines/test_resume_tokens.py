@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from azure.mgmt.compute import ComputeManagementClient
@@ -21,6 +21,7 @@ from fleetledger.adapters.cloud import (
     BatchCreateResult,
     CloudMachines,
     MachineObservation,
+    ProgressCallback,
     ProgressNote,
 )
 from fleetledger.adapters.cloud.aks import PREVIEW_API_VERSION, AksMachinesCloud
@@ -73,11 +74,11 @@ class DiesOnceAccepted:
         self,
         request: BatchCreate,
         *,
-        on_progress: Callable[[ProgressNote], None] | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> BatchCreateResult:
-        def note_then_die(note: ProgressNote) -> None:
+        def note_then_die(notes: Sequence[ProgressNote]) -> None:
             assert on_progress is not None
-            on_progress(note)
+            on_progress(notes)
             raise SimulatedCrash
 
         return self._inner.create_batch(request, on_progress=note_then_die)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
 
 import pytest
 
@@ -14,7 +13,7 @@ from fleetledger.adapters.cloud import (
     BatchCreateResult,
     FakeCloud,
     MachineObservation,
-    ProgressNote,
+    ProgressCallback,
 )
 from fleetledger.adapters.machines import MachinesRuntime, RuntimeStopped
 from fleetledger.eventstore import open_store
@@ -31,7 +30,7 @@ class StuckCloud:
         self.release = threading.Event()
 
     def create_batch(
-        self, request: BatchCreate, *, on_progress: Callable[[ProgressNote], None] | None = None
+        self, request: BatchCreate, *, on_progress: ProgressCallback | None = None
     ) -> BatchCreateResult:
         self.entered.set()
         self.release.wait(30)
