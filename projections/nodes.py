@@ -17,12 +17,12 @@ import threading
 from collections.abc import Callable, Mapping
 
 from fleetledger.domain import nodes
-from fleetledger.domain.codec import from_data, registered_event_types
+from fleetledger.domain.codec import registered_event_types
 from fleetledger.domain.nodes import NodeEvent, NodeState
 from fleetledger.eventstore import EventStore, RecordedEvent
 
 from ._reading import catch_up, events_after, position_in_log
-from .recent import RecentEvents
+from .recent import RecentEvents, decode
 
 __all__ = [
     "NODE_EVENT_TYPE_NAMES",
@@ -110,7 +110,7 @@ def fold_nodes(store: EventStore, position: int) -> dict[str, NodeState]:
     """Every node's state folded from the log's start up to ``position`` included."""
     states: dict[str, NodeState] = {}
     for record in events_after(store, 0, types=NODE_EVENT_TYPE_NAMES, until=position):
-        _fold_record(states, record, _decode)
+        _fold_record(states, record, decode)
     return states
 
 
@@ -135,10 +135,6 @@ def _dump(
 ) -> Json:
     present = [state for state in states.values() if state.present]
     return nodes.dumpstate(present, position=position, settings=settings)
-
-
-def _decode(record: RecordedEvent) -> object:
-    return from_data(record.type, record.schema_version, record.data)
 
 
 def _fold_record(

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from fleetledger.domain.codec import from_data
 from fleetledger.eventstore import RecordedEvent
 
-__all__ = ["RecentEvents"]
+__all__ = ["RecentEvents", "decode"]
 
 
 class RecentEvents:
@@ -48,9 +48,12 @@ class RecentEvents:
     def decode(self, record: RecordedEvent) -> object:
         """The domain event stored in ``record``: the one handed over, else decoded."""
         event = self.get(record)
-        if event is None:
-            return from_data(record.type, record.schema_version, record.data)
-        return event
+        return decode(record) if event is None else event
 
     def __len__(self) -> int:
         return len(self._events)
+
+
+def decode(record: RecordedEvent) -> object:
+    """The domain event stored in ``record``, decoded from its data."""
+    return from_data(record.type, record.schema_version, record.data)

@@ -106,34 +106,27 @@ class Reactors:
     def start(self) -> None:
         """Subscribe every reactor from its checkpoint and follow the log live."""
         self.stop()
-        self._subscriptions = [
-            self._store.subscribe(
-                reactor.name,
-                partial(reactor.handle, recent=self._recent),
-                types=reactor.type_names(),
-                poll_interval=self._poll_interval,
-                handler_writes=False,
-                min_interval=self._min_interval,
-            )
-            for reactor in self._reactors
-        ]
+        self._subscriptions = [self._subscribe(reactor, start=True) for reactor in self._reactors]
         log.info("reactors started", reactors=[r.name for r in self._reactors])
 
     def run_until_caught_up(self) -> int:
         """Without threads: react to everything up to the head; returns how many events."""
         if not self._subscriptions:
             self._subscriptions = [
-                self._store.subscribe(
-                    reactor.name,
-                    partial(reactor.handle, recent=self._recent),
-                    types=reactor.type_names(),
-                    poll_interval=self._poll_interval,
-                    start=False,
-                    handler_writes=False,
-                )
-                for reactor in self._reactors
+                self._subscribe(reactor, start=False) for reactor in self._reactors
             ]
         return sum(s.run_until_caught_up() for s in self._subscriptions)
+
+    def _subscribe(self, reactor: Reactor[Any], *, start: bool) -> Subscription:
+        return self._store.subscribe(
+            reactor.name,
+            partial(reactor.handle, recent=self._recent),
+            types=reactor.type_names(),
+            poll_interval=self._poll_interval,
+            start=start,
+            handler_writes=False,
+            min_interval=self._min_interval,
+        )
 
     def stop(self, timeout: float | None = 10.0) -> None:
         """Stop every reactor (each finishes the event in hand)."""

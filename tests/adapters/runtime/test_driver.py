@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.runtime import ClockDriver
 
+from .test_stream import wait_for
+
 WAIT = 10.0
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        time.sleep(0.001)
 
 
 class Deadlines:
@@ -39,7 +32,7 @@ def parked_driver(deadlines: Deadlines) -> ClockDriver:
         clock=SystemClock(),
         name="test",
     ).start()
-    wait_until(lambda: driver._parked_until is not None)
+    wait_for(lambda: driver._parked_until is not None)
     return driver
 
 
