@@ -154,8 +154,7 @@ class MachinesRuntime:
         )
         # Followers accept requests too: the leader learns of their requests and seals through
         # this reactor (catching its grouper up, so the driver sees their deadlines and the
-        # coordinator their batches). A batch this process seals is handed over directly as
-        # well; whichever comes first runs it (the coordinator never runs a batch twice at once).
+        # coordinator their batches). A batch this process seals is handed over directly.
         grouper_stream = self.service.stream_id
         self._reactors = Reactors(
             store,
@@ -303,18 +302,15 @@ class MachinesRuntime:
             self.coordinator.submit(batch_ids)
 
     def _grouper_event(self, event: GrouperEvent, record: RecordedEvent) -> None:
+        # Only an event the grouper has not folded is news. Folding it announces it: observers
+        # wake the driver and hand a sealed batch to the coordinator. One folded already was
+        # announced when it was (a seal of this process's own), or is among the unfinished
+        # batches a new leader resumes; handing it over again would run the batch a second
+        # time, reading back everything the first run wrote.
         if record.stream_version > self.service.version:
             # Written by another process — or by this one, with its append still concluding:
-            # fold it unless that append holds it (observers then wake the driver and hand any
-            # sealed batch to the coordinator).
+            # fold it unless that append holds it.
             self.service.load(through_version=record.stream_version)
-            return
-        if not isinstance(event, BatchSealed) or not self.leading:
-            return
-        ledger = self.service.state.ledger
-        if all(ledger.outcomes.get(m.request_id) is not None for m in event.machines):
-            return  # already finished (the reactor catching up on history)
-        self.coordinator.submit([event.batch_id])
 
     def _completed(
         self, batch_id: str, outcomes: tuple[MachineOutcome, ...], completed_event_id: str

@@ -7,11 +7,12 @@ the one-method ``TaskRunner`` port.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.clock import ManualClock, SystemClock
 from fleetledger.adapters.cloud import (
     BatchCreate,
     BatchCreateResult,
@@ -165,3 +166,28 @@ class HeldRunner:
 
     def submit(self, task: Callable[[], None]) -> None:
         self.held.append(task)
+
+
+class HeldCloud:
+    """The fake cloud, whose create calls wait until the test lets them go (in flight)."""
+
+    def __init__(self) -> None:
+        self.inner = FakeCloud(clock=SystemClock())
+        self._entered = threading.Semaphore(0)
+        self.release = threading.Event()
+
+    def wait_entered(self, calls: int, *, timeout: float) -> None:
+        for _ in range(calls):
+            assert self._entered.acquire(timeout=timeout), "a batch never reached the cloud"
+
+    def create_batch(
+        self, request: BatchCreate, *, on_progress: ProgressCallback | None = None
+    ) -> BatchCreateResult:
+        self._entered.release()
+        assert self.release.wait(60), "the test never released the cloud calls"
+        return self.inner.create_batch(request, on_progress=on_progress)
+
+    def read_machine(
+        self, machine_name: str, *, resume_token: str | None = None
+    ) -> MachineObservation:
+        return self.inner.read_machine(machine_name, resume_token=resume_token)

@@ -26,11 +26,7 @@ from sqlalchemy.engine import make_url
 from fleetledger.adapters.benchmarks.tcp_proxy import TcpProxy, proxied_url
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.cloud import (
-    BatchCreate,
-    BatchCreateResult,
     FakeCloud,
-    MachineObservation,
-    ProgressCallback,
 )
 from fleetledger.adapters.http import create_app
 from fleetledger.adapters.machines import (
@@ -43,7 +39,7 @@ from fleetledger.adapters.runtime import Leadership, PostgresLease
 from fleetledger.eventstore import EventStore, open_store
 from fleetledger.eventstore._engine import libpq_conninfo
 
-from .support import CONFIG, HeldRunner, request, terminal_outcomes
+from .support import CONFIG, HeldCloud, HeldRunner, request, terminal_outcomes
 
 REQUESTS = 150
 BATCHES = 3  # CONFIG seals at 50: three full batches, sealed at once
@@ -52,31 +48,6 @@ OUTAGE_SECONDS = 3.0
 0.75 s of back-off in all), as the reported 10 s outage was."""
 OUTCOME_TIMEOUT = 30.0
 """The bounded wait for every outcome once the database is back."""
-
-
-class HeldCloud:
-    """The fake cloud, whose create calls wait until the test lets them go (in flight)."""
-
-    def __init__(self) -> None:
-        self.inner = FakeCloud(clock=SystemClock())
-        self._entered = threading.Semaphore(0)
-        self.release = threading.Event()
-
-    def wait_entered(self, calls: int, *, timeout: float) -> None:
-        for _ in range(calls):
-            assert self._entered.acquire(timeout=timeout), "a batch never reached the cloud"
-
-    def create_batch(
-        self, request: BatchCreate, *, on_progress: ProgressCallback | None = None
-    ) -> BatchCreateResult:
-        self._entered.release()
-        assert self.release.wait(60), "the test never released the cloud calls"
-        return self.inner.create_batch(request, on_progress=on_progress)
-
-    def read_machine(
-        self, machine_name: str, *, resume_token: str | None = None
-    ) -> MachineObservation:
-        return self.inner.read_machine(machine_name, resume_token=resume_token)
 
 
 @pytest.fixture
