@@ -15,23 +15,30 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from fleetledger.domain.codec import from_data
 from fleetledger.eventstore import RecordedEvent
 
 __all__ = ["RecentEvents", "decode"]
 
+Opening = tuple[tuple[str, object], ...]
+"""A stream's first events as ``(event_id, event)`` pairs, in stream order from version 1."""
+
 
 class RecentEvents:
     """The last ``capacity`` events handed over, by event id; thread-safe."""
 
-    def __init__(self, *, capacity: int = 16_384) -> None:
+    def __init__(self, *, capacity: int = 16_384, openings: int = 1_024) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
+        if openings < 1:
+            raise ValueError(f"openings must be at least 1, got {openings}")
         self._capacity = capacity
+        self._openings_capacity = openings
         self._lock = threading.Lock()
         self._events: OrderedDict[str, object] = OrderedDict()
+        self._openings: OrderedDict[str, Opening] = OrderedDict()
 
     def remember(self, events: Iterable[tuple[str, object]]) -> None:
         """Keep ``(event_id, event)`` pairs of events this process saw committed; the oldest
@@ -40,6 +47,22 @@ class RecentEvents:
             self._events.update(events)
             for _ in range(len(self._events) - self._capacity):
                 self._events.popitem(last=False)
+
+    def opened(self, stream_id: str, events: Sequence[tuple[str, object]]) -> None:
+        """``stream_id`` was created, holding exactly ``events`` (``(event_id, event)`` pairs
+        from version 1), by an append this process saw committed. Kept until a hosted stream
+        takes it (the oldest go once more than ``openings`` wait)."""
+        with self._lock:
+            self._openings[stream_id] = tuple(events)
+            for _ in range(len(self._openings) - self._openings_capacity):
+                self._openings.popitem(last=False)
+
+    def take_opening(self, stream_id: str) -> Opening | None:
+        """The events ``stream_id`` was opened with, handed over once (``None`` if it was not
+        opened here, already taken, or evicted). They are the stream's state when it was
+        opened; a writer that appended since is found by the next append's expected version."""
+        with self._lock:
+            return self._openings.pop(stream_id, None)
 
     def get(self, record: RecordedEvent) -> object | None:
         """The domain event handed over for ``record``, if it was (and is still kept)."""

@@ -27,7 +27,6 @@ located on the thread pool, since that reads the log), and no more framework tha
 
 from __future__ import annotations
 
-import asyncio
 from functools import partial
 from typing import Annotated, Any
 
@@ -112,10 +111,8 @@ def agents_router(runtime: NodesRuntime) -> APIRouter:
             "load": None if body.metrics is None else float(body.metrics.load_average_1min),
         }
         try:
-            pending = service.submit_resources(body.pod, **amounts)
-            if pending is not None:
-                grant = await asyncio.wrap_future(pending)
-            else:
+            grant = await service.arequest_resources(body.pod, **amounts)
+            if grant is None:  # a pod not indexed here: locating it reads the log
                 grant = await run_in_threadpool(
                     partial(service.request_resources, body.pod, **amounts)
                 )

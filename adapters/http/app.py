@@ -162,7 +162,7 @@ def create_app(
         if not runtime.running:
             raise RuntimeStopped("the machines runtime is not running")
         requests = [_domain_request(index, item) for index, item in enumerate(body.requests)]
-        accepted = await asyncio.wrap_future(runtime.service.submit(requests))
+        accepted = await runtime.service.arequest(requests)
         urls = [status_url(request_id) for request_id in accepted.request_ids]
         answer = AcceptedResponse(request_ids=list(accepted.request_ids), status_urls=urls)
         headers = {"Location": urls[0]} if len(urls) == 1 else None

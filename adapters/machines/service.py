@@ -214,27 +214,16 @@ class MachineService:
         decision = self._execute(commands)
         return Accepted(ids, _sealed(decision), decision.last_position)
 
-    def submit(self, requests: Sequence[MachineRequest]) -> Future[Accepted]:
-        """:meth:`request` without blocking the caller (an event loop): the future resolves with
-        what was accepted, or fails with the error ``request`` would raise."""
+    async def arequest(self, requests: Sequence[MachineRequest]) -> Accepted:
+        """:meth:`request` for a caller on an event loop (which must not wait for the log on
+        its own thread): decided on a committer thread, with the errors ``request`` raises."""
         ids, commands = self._request_plan(requests)
-        accepted: Future[Accepted] = Future()
-
-        def answer(decided: Future[Decision[GrouperEvent]]) -> None:
-            try:
-                with _translated():
-                    decision = decided.result()
-            except CommandRefused as e:
-                refusal = _refusal(e)
-                refusal.__cause__ = e.error
-                accepted.set_exception(refusal)
-            except BaseException as e:
-                accepted.set_exception(e)
-            else:
-                accepted.set_result(Accepted(ids, _sealed(decision), decision.last_position))
-
-        self._stream.submit(commands).add_done_callback(answer)
-        return accepted
+        try:
+            with _translated():
+                decision = await self._stream.decide(commands)
+        except CommandRefused as e:
+            raise _refusal(e) from e.error
+        return Accepted(ids, _sealed(decision), decision.last_position)
 
     def _request_plan(
         self, requests: Sequence[MachineRequest]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeAlias
@@ -205,7 +204,7 @@ class NodeService:
             raise _translated(e) from e
         return _grant(node, pod, stream, decision)
 
-    def submit_resources(
+    async def arequest_resources(
         self,
         pod: str,
         *,
@@ -213,30 +212,22 @@ class NodeService:
         memory_slots: int,
         fractional_cpu: bool = True,
         load: float | None = None,
-    ) -> Future[Grant] | None:
-        """:meth:`request_resources` without blocking, for a pod this process already knows:
-        the future resolves with the grant or its :class:`NodesError`. ``None`` for a pod
-        not in the index (locating it reads the log: call :meth:`request_resources` then)."""
+    ) -> Grant | None:
+        """:meth:`request_resources` for a caller on an event loop, for a pod this process
+        already knows: decided on a committer thread, with the same grant or
+        :class:`NodesError`. ``None`` for a pod not in the index (locating it reads the log:
+        call :meth:`request_resources` then, off the loop)."""
         node = self.node_of(pod)
         if node is None:
             return None
         stream = self.stream(node)
-        decided = stream.submit(_agent_plan(pod, cpu_milli, memory_slots, fractional_cpu, load))
-        granted: Future[Grant] = Future()
-
-        def answer(done: Future[Decision[NodeEvent]]) -> None:
-            try:
-                granted.set_result(_grant(node, pod, stream, done.result()))
-            except NodesError as e:
-                granted.set_exception(e)
-            except Exception as e:
-                try:
-                    granted.set_exception(_translated(e))
-                except Exception as untranslated:
-                    granted.set_exception(untranslated)
-
-        decided.add_done_callback(answer)
-        return granted
+        try:
+            decision = await stream.decide(
+                _agent_plan(pod, cpu_milli, memory_slots, fractional_cpu, load)
+            )
+        except Exception as e:
+            raise _translated(e) from e
+        return _grant(node, pod, stream, decision)
 
     # -- the pod index -----------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ Under load this turns N fold-decide-append round trips into one, the same batchi
 group commit does one layer down.
 
 **Streams nobody leads in person are led together.** Groups submitted without a blocked caller
-(:meth:`HostedStream.submit`, and whatever queues behind a leader) are led by the store's batcher:
+(:meth:`HostedStream.submit` and :meth:`HostedStream.decide`, and whatever queues behind a leader)
+are led by the store's batcher:
 one committer thread at a time takes every stream with submissions waiting, decides each group
 on its own stream, commits them all in one transaction (each keeps its own outcome) and answers
 each. A caller of ``execute`` finding its stream listed for the next round takes it back and
@@ -37,6 +38,8 @@ own and those learnt while catching up — after the append, outside any lock.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -75,6 +78,7 @@ __all__ = [
     "Folded",
     "HostedStream",
     "NoFencing",
+    "Opening",
     "Plan",
     "Writer",
     "opening_append",
@@ -140,6 +144,15 @@ class Decision(Generic[E]):
     events: tuple[E, ...]
     records: tuple[NewEvent, ...]
     last_position: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Opening(StreamAppend):
+    """The append that creates a stream (see :func:`opening_append`), with the domain events
+    its records encode: once it commits, a stream of this process that hosts it starts from
+    them instead of reading and decoding them back."""
+
+    decided: tuple[object, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,25 +279,53 @@ def _batcher_for(store: EventStore) -> _StreamBatcher:
         return batcher
 
 
-class _Submission(Generic[C, E]):
-    __slots__ = ("done", "duty", "error", "future", "plan", "result")
+_Reply = Callable[["Decision[Any] | None", "BaseException | None"], None]
+"""Told a submission's decision or error once it has one (on the thread that decided it)."""
 
-    def __init__(self, plan: Plan[C], duty: bool, future: Future[Decision[E]] | None) -> None:
+
+class _Submission(Generic[C, E]):
+    __slots__ = ("done", "duty", "error", "plan", "reply", "result")
+
+    def __init__(self, plan: Plan[C], duty: bool, reply: _Reply | None) -> None:
         self.plan = plan
         self.duty = duty
-        self.future = future
+        self.reply = reply
         self.done = False
         self.result: Decision[E] | None = None
         self.error: BaseException | None = None
 
     def finish(self, result: Decision[E] | None = None, error: BaseException | None = None) -> None:
         self.result, self.error, self.done = result, error, True
-        future = self.future
-        if future is not None and future.set_running_or_notify_cancel():
+        if self.reply is not None:
+            self.reply(result, error)
+
+
+def _future_reply(future: Future[Decision[Any]]) -> _Reply:
+    def reply(result: Decision[Any] | None, error: BaseException | None) -> None:
+        if future.set_running_or_notify_cancel():
             if error is not None:
                 future.set_exception(error)
             else:
                 future.set_result(result)  # type: ignore[arg-type]
+
+    return reply
+
+
+def _loop_reply(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Decision[Any]]) -> _Reply:
+    def settle(result: Decision[Any] | None, error: BaseException | None) -> None:
+        if waiter.cancelled():
+            return
+        if error is not None:
+            waiter.set_exception(error)
+        else:
+            waiter.set_result(result)  # type: ignore[arg-type]
+
+    def reply(result: Decision[Any] | None, error: BaseException | None) -> None:
+        # A closed loop raises RuntimeError: nobody is left waiting for this answer.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, error)
+
+    return reply
 
 
 class HostedStream(Generic[S, C, E]):
@@ -380,11 +421,23 @@ class HostedStream(Generic[S, C, E]):
     def _ensure_loaded(self, *, announce_history: bool = False) -> None:
         if self._loaded:
             return
-        self._restore_snapshot()
-        self._catch_up()
+        if not self._start_from_opening():
+            self._restore_snapshot()
+            self._catch_up()
         self._loaded = True
         if not announce_history:
             self._unannounced.clear()
+
+    def _start_from_opening(self) -> bool:
+        """Fold the events this process opened the stream with, if it did (and they are still
+        kept): they are the whole stream as committed then, so nothing is read."""
+        recent = self._writer.recent
+        opening = None if recent is None else recent.take_opening(self.stream_id)
+        if opening is None:
+            return False
+        for version, (event_id, event) in enumerate(opening, start=1):
+            self._fold_event(event, version, event_id)  # type: ignore[arg-type]
+        return True
 
     def _restore_snapshot(self) -> None:
         codec = self.aggregate.snapshots
@@ -412,10 +465,13 @@ class HostedStream(Generic[S, C, E]):
                 return
 
     def _fold_record(self, event: E, record: RecordedEvent) -> None:
+        self._fold_event(event, record.stream_version, str(record.event_id))
+
+    def _fold_event(self, event: E, version: int, event_id: str) -> None:
         self._state = self.aggregate.evolve(self._state, event)
-        self._version = record.stream_version
-        self._last_event_id = str(record.event_id)
-        self._unannounced.append(Folded(event, record.stream_version, self._last_event_id))
+        self._version = version
+        self._last_event_id = event_id
+        self._unannounced.append(Folded(event, version, event_id))
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -456,18 +512,28 @@ class HostedStream(Generic[S, C, E]):
 
     def submit(self, plan: Plan[C], *, duty: bool = False) -> Future[Decision[E]]:
         """:meth:`execute` without blocking the caller: the future resolves with the decision or
-        the error ``execute`` would raise. For callers on an event loop, which must not wait
-        for the log on their own thread: the group is decided on a committer thread."""
+        the error ``execute`` would raise; the group is decided on a committer thread."""
         future: Future[Decision[E]] = Future()
-        submission: _Submission[C, E] = _Submission(plan, duty, future)
+        self._enqueue(_Submission(plan, duty, _future_reply(future)))
+        return future
+
+    async def decide(self, plan: Plan[C], *, duty: bool = False) -> Decision[E]:
+        """:meth:`execute` for a caller on an event loop, which must not wait for the log on
+        its own thread: the group is decided on a committer thread, and the answer comes back
+        with one call into the caller's loop (no future of another thread to chain)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Decision[E]] = loop.create_future()
+        self._enqueue(_Submission(plan, duty, _loop_reply(loop, waiter)))
+        return await waiter
+
+    def _enqueue(self, submission: _Submission[C, E]) -> None:
         with self._queue_changed:
             self._queue.append(submission)
             if self._leading:
-                return future
+                return
             self._leading = True
             self._batched = True
         _batcher_for(self.store).ready(self)
-        return future
 
     def _lead(self, group: list[_Submission[C, E]]) -> None:
         """Decide and append ``group`` as the leader (observers are told by the caller, once
@@ -686,9 +752,14 @@ class HostedStream(Generic[S, C, E]):
         self._unannounced.extend(folded)
         self._last_event_id = folded[-1].event_id
         self._version += len(events)
-        if self._writer.recent is not None:
+        recent = self._writer.recent
+        if recent is not None:
             # Before any caller hears back: one that then reads a model finds them there.
-            self._writer.recent.remember((f.event_id, f.event) for f in folded)
+            recent.remember((f.event_id, f.event) for f in folded)
+            for append in prepared.appends[1:]:
+                if isinstance(append, Opening):
+                    ids = [str(record.event_id) for record in append.events]
+                    recent.opened(append.stream_id, list(zip(ids, append.decided, strict=True)))
         start = 0
         for submission, group_events, _ in decided:
             own = slice(start, start + len(group_events))
@@ -761,7 +832,7 @@ def opening_append(
     *,
     causation_id: str,
     writer: Writer,
-) -> StreamAppend:
+) -> Opening:
     """The append that opens ``aggregate``'s stream for ``key`` with what ``command`` decides on
     the initial state (expected version: the stream must not exist yet). A decision that starts
     another aggregate returns this from its companions, so both land in one transaction."""
@@ -775,4 +846,4 @@ def opening_append(
         actor=writer.actor,
         labels=dict(writer.labels),
     )
-    return StreamAppend(stream_id, records, expected_version=NO_STREAM)
+    return Opening(stream_id, records, expected_version=NO_STREAM, decided=tuple(events))

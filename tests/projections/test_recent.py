@@ -54,3 +54,25 @@ class TestRecentEvents:
     def test_a_capacity_below_one_is_refused(self) -> None:
         with pytest.raises(ValueError, match="capacity must be at least 1"):
             RecentEvents(capacity=0)
+
+    def test_an_openings_limit_below_one_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="openings must be at least 1"):
+            RecentEvents(openings=0)
+
+
+class TestOpenings:
+    def test_an_opening_is_handed_over_once(self) -> None:
+        """The stream hosting it takes it; a second stream object for the same id reads."""
+        recent = RecentEvents()
+        recent.opened("batch-1", [("id-1", "first"), ("id-2", "second")])
+
+        assert recent.take_opening("batch-1") == (("id-1", "first"), ("id-2", "second"))
+        assert recent.take_opening("batch-1") is None
+
+    def test_the_oldest_openings_go_past_the_limit(self) -> None:
+        recent = RecentEvents(openings=1)
+        recent.opened("batch-1", [("id-1", "first")])
+        recent.opened("batch-2", [("id-2", "second")])
+
+        assert recent.take_opening("batch-1") is None
+        assert recent.take_opening("batch-2") == (("id-2", "second"),)

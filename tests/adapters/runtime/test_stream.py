@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from datetime import datetime
@@ -13,9 +14,11 @@ from fleetledger.adapters.runtime import (
     CommandRefused,
     Deposed,
     HostedStream,
+    LogContention,
     LogUnavailable,
     RetryPolicy,
     Writer,
+    opening_append,
 )
 from fleetledger.eventstore import (
     ANY,
@@ -216,6 +219,64 @@ class TestSubmit:
                 future.result(timeout=10)
 
 
+class TestDecide:
+    def test_the_caller_on_a_loop_gets_the_decision(self, store: EventStore) -> None:
+        stream: Hosted = HostedStream(store, COUNTER, "counter-d", clock=ManualClock(EPOCH))
+
+        decision = asyncio.run(stream.decide(plan("d-1", 3)))  # type: ignore[arg-type]
+
+        assert [e.request_id for e in decision.events] == ["d-1"]  # type: ignore[union-attr]
+        assert stream.state.total == 3
+
+    def test_a_refusal_is_raised_in_the_caller(self, store: EventStore) -> None:
+        stream: Hosted = HostedStream(store, COUNTER, "counter-dr", clock=ManualClock(EPOCH))
+
+        with pytest.raises(CommandRefused):
+            asyncio.run(stream.decide(plan("bad", 0)))  # type: ignore[arg-type]
+        assert store.read_stream("counter-dr") == []
+
+    def test_callers_on_one_loop_during_an_append_share_the_next_one(
+        self, store: EventStore
+    ) -> None:
+        gated = GatedStore(store)
+        stream: Hosted = HostedStream(gated, COUNTER, "counter-dg", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+        first = threading.Thread(target=stream.execute, args=(plan("r-0"),))
+        first.start()
+        assert gated.entered.wait(10)
+
+        async def five() -> list[object]:
+            waiting = [asyncio.ensure_future(stream.decide(plan(f"r-{n}"))) for n in range(1, 6)]  # type: ignore[arg-type]
+            await asyncio.sleep(0)  # each is queued before the gate opens
+            gated.gate.set()
+            return list(await asyncio.gather(*waiting))
+
+        decisions = asyncio.run(five())
+        first.join(10)
+
+        assert gated.appends == [1, 5]
+        assert [d.events[0].request_id for d in decisions] == [f"r-{n}" for n in range(1, 6)]  # type: ignore[attr-defined]
+
+    def test_a_caller_that_gave_up_leaves_the_decision_standing(self, store: EventStore) -> None:
+        """Cancelled while its group is in flight: the events still land, and the stream goes
+        on answering others."""
+        gated = GatedStore(store)
+        stream: Hosted = HostedStream(gated, COUNTER, "counter-dc", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+
+        async def give_up() -> None:
+            waiting = asyncio.ensure_future(stream.decide(plan("gone")))  # type: ignore[arg-type]
+            await asyncio.to_thread(gated.entered.wait, 10)
+            waiting.cancel()
+            gated.gate.set()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+
+        asyncio.run(give_up())
+        later = asyncio.run(stream.decide(plan("later")))  # type: ignore[arg-type]
+
+        assert [r.data["request_id"] for r in store.read_stream("counter-dc")] == ["gone", "later"]
+        assert later.events[0].request_id == "later"  # type: ignore[union-attr]
+
+
 class CountingReads:
     """The real store, counting the stream reads made through it."""
 
@@ -300,6 +361,93 @@ class TestCompanions:
         [companion] = store.read_stream("audit-c")
         assert decision.last_position == own.global_position
         assert companion.global_position > own.global_position
+
+
+class TestOpenings:
+    """A stream opened by a companion append of this process starts from the opening's events."""
+
+    @staticmethod
+    def opener(writer: Writer, key: str) -> object:
+        def companions(events: object, records: object, at: datetime) -> list[StreamAppend]:
+            return [
+                opening_append(
+                    COUNTER, key, Increment(f"open-{key}", 7, at), causation_id="c", writer=writer
+                )
+            ]
+
+        return companions
+
+    def test_a_stream_opened_here_is_not_read_back(self, store: EventStore) -> None:
+        recent = RecentEvents()
+        writer = Writer(recent=recent)
+        HostedStream(
+            store,
+            COUNTER,
+            "counter-opener",
+            clock=ManualClock(EPOCH),
+            writer=writer,
+            companions=self.opener(writer, "opened"),  # type: ignore[arg-type]
+        ).execute(plan("o-1"))  # type: ignore[arg-type]
+        counting = CountingReads(store)
+
+        opened: Hosted = HostedStream(
+            counting,  # type: ignore[arg-type]
+            COUNTER,
+            "counter-opened",
+            clock=ManualClock(EPOCH),
+            writer=writer,
+        )
+
+        [stored] = store.read_stream("counter-opened")
+        assert (opened.state.total, opened.version) == (7, 1)
+        assert opened.last_event_id == str(stored.event_id)
+        assert counting.reads == 0
+
+    def test_an_opening_moved_on_by_another_writer_is_caught_up_at_the_next_append(
+        self, store: EventStore
+    ) -> None:
+        recent = RecentEvents()
+        writer = Writer(recent=recent)
+        HostedStream(
+            store,
+            COUNTER,
+            "counter-opener2",
+            clock=ManualClock(EPOCH),
+            writer=writer,
+            companions=self.opener(writer, "moved"),  # type: ignore[arg-type]
+        ).execute(plan("o-2"))  # type: ignore[arg-type]
+        opened: Hosted = HostedStream(
+            store, COUNTER, "counter-moved", clock=ManualClock(EPOCH), writer=writer
+        )
+        assert (opened.state.total, opened.version) == (7, 1)  # loaded from the opening
+        other: Hosted = HostedStream(store, COUNTER, "counter-moved", clock=ManualClock(EPOCH))
+        other.execute(plan("elsewhere", 100))  # type: ignore[arg-type]
+
+        opened.execute(plan("o-3", 1000))  # type: ignore[arg-type]
+
+        assert (opened.state.total, opened.version) == (1107, 3)
+        assert [r.data["by"] for r in store.read_stream("counter-moved")] == [7, 100, 1000]
+
+    def test_an_opening_that_did_not_commit_is_not_handed_over(self, store: EventStore) -> None:
+        HostedStream(store, COUNTER, "counter-taken", clock=ManualClock(EPOCH)).execute(
+            plan("first-owner")  # type: ignore[arg-type]
+        )
+        recent = RecentEvents()
+        writer = Writer(recent=recent)
+        opener: Hosted = HostedStream(
+            store,
+            COUNTER,
+            "counter-opener3",
+            clock=ManualClock(EPOCH),
+            writer=writer,
+            retry=RetryPolicy(conflict_attempts=2),
+            companions=self.opener(writer, "taken"),  # type: ignore[arg-type]
+        )
+
+        with pytest.raises(LogContention):
+            opener.execute(plan("o-4"))  # type: ignore[arg-type]
+
+        assert recent.take_opening("counter-taken") is None
 
 
 def _refuse_reads(*args: object, **kwargs: object) -> object:

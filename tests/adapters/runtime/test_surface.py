@@ -14,8 +14,8 @@ class TestSurface:
                 "CommandRefused", "Companions", "Decision", "Deposed", "Duties", "EventCodec",
                 "FileLease", "Fencing", "Folded", "HostError", "HostedStream", "InlineRunner",
                 "Lease", "Leadership", "LogContention", "LogFollower", "LogUnavailable",
-                "MemoryLease", "NoFencing", "Plan", "PostgresLease", "ReadModel", "Reactor",
-                "Reactors", "RetryPolicy", "SnapshotCodec", "TaskRunner", "ThreadRunner",
+                "MemoryLease", "NoFencing", "Opening", "Plan", "PostgresLease", "ReadModel",
+                "Reactor", "Reactors", "RetryPolicy", "SnapshotCodec", "TaskRunner", "ThreadRunner",
                 "Writer", "append_decision", "correlation_of", "event_id", "events_of", "lease_for",
                 "opening_append",
             ]
