@@ -134,6 +134,7 @@ class MachineRequestsProjection:
         self._views: dict[str, RequestView] = {}
         self._batches: dict[str, tuple[str, ...]] = {}
         self._position = 0
+        self._grouper_version = 0
         self._changed = threading.Condition()
         self._reading = threading.Lock()
         self._watchers: dict[str, list[Future[RequestView]]] = {}
@@ -149,6 +150,13 @@ class MachineRequestsProjection:
         """The global position of the last event read."""
         with self._changed:
             return self._position
+
+    @property
+    def grouper_version(self) -> int:
+        """The grouper stream's version as of its last event the model read (of its
+        ``REQUEST_EVENT_TYPES``: the requests and seals that change what the grouper decides)."""
+        with self._changed:
+            return self._grouper_version
 
     def catch_up(self, store: EventStore, *, to_head: bool = False) -> int:
         """Read and apply every relevant event after :attr:`position`; return how many were read.
@@ -183,6 +191,8 @@ class MachineRequestsProjection:
             if record.global_position <= self._position:
                 return
             self._position = record.global_position
+            if record.stream_id == self._grouper_stream:
+                self._grouper_version = record.stream_version
             if self._is_ours(record):
                 for view in self._fold(record):
                     self._views[view.request_id] = view

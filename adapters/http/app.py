@@ -9,8 +9,8 @@
 ``GET /healthz``                           liveness: the runtime is running; its role (leader
                                            or follower) and leader term
 ``GET /readyz``                            readiness: the schema is at head, the read model
-                                           has caught up with the log, no reactor stopped and
-                                           no leader duty keeps failing; role and term
+                                           has caught up with the log and no leader duty
+                                           keeps failing; role and term
 =========================================  =====================================================
 
 With API tokens configured (:mod:`.auth`) every route but ``/healthz``, ``/readyz`` and
@@ -256,7 +256,7 @@ def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
     @app.get("/readyz", responses=probe_errors)
     def readyz() -> JSONResponse:
         """Readiness: 200 when the schema is at head, the read model has caught up, and no
-        reactor stopped nor leader duty keeps failing (each named under ``problems``)."""
+        leader duty keeps failing (each named under ``problems``)."""
         problems: list[str] = []
         try:
             head = runtime.store.head()
@@ -273,7 +273,6 @@ def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
             problems.append(f"read model {lag} events behind the log")
         if not runtime.running:
             problems.append("runtime not running")
-        problems.extend(f"reactor stopped: {failure}" for failure in runtime.reactor_failures())
         problems.extend(f"duty stalled: {stall}" for stall in runtime.stalls())
         body = {
             "status": "ready" if not problems else "not ready",

@@ -14,10 +14,15 @@ pending, in-flight batches get up to ``timeout`` seconds to finish (the rest res
 leader), and every caller still waiting is answered that the controller is shutting down.
 
 With a :class:`~fleetledger.adapters.runtime.leadership.Leadership` several processes share one
-database: each accepts requests, but only the elected one leads — runs the driver, the
-coordinator and its reactor, which executes batches sealed by any process — and its duty appends
-carry its term, so once deposed it can no longer write a side effect's result (see
+database: each accepts requests, but only the elected one leads — runs the driver and the
+coordinator, which executes batches sealed by any process — and its duty appends carry its term,
+so once deposed it can no longer write a side effect's result (see
 :mod:`fleetledger.adapters.runtime.leadership`). Without one the process simply leads.
+
+Every process's grouper learns of the others' appends through the read model's follower: when
+the model has read further into the grouper stream than the grouper has folded, the grouper
+catches up, and what it folds is announced as its own decisions are (the driver sees the new
+deadlines; a leader's coordinator gets the batches sealed elsewhere).
 
 ``threads=False`` gives the same wiring without any thread: batches run inline (or on the given
 runner) and nothing ticks by itself — tests and the simulator call ``driver.step()`` at the times
@@ -41,15 +46,9 @@ from fleetledger.adapters.runtime import (
 )
 from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
-from fleetledger.adapters.runtime.reactors import Reactor, Reactors
-from fleetledger.domain.grouper import (
-    BatchSealed,
-    GrouperConfig,
-    GrouperEvent,
-    MachineRequested,
-)
+from fleetledger.domain.grouper import GrouperConfig
 from fleetledger.domain.machine_batch import DEFAULT_MAX_ATTEMPTS
-from fleetledger.eventstore import EventStore, RecordedEvent
+from fleetledger.eventstore import EventStore
 from fleetledger.projections.machine_requests import REQUEST_EVENT_TYPES, MachineRequestsProjection
 
 from .coordinator import Coordinator, CoordinatorOptions
@@ -57,7 +56,6 @@ from .driver import GrouperDriver
 from .errors import RuntimeStopped
 from .facade import Machines
 from .outcomes import MachineOutcome
-from .records import GROUPER_CODEC
 from .service import MachineService
 from .stalls import DutyWatch
 from .streams import DEFAULT_GROUPER, batch_stream_prefix, grouper_stream_id
@@ -74,10 +72,8 @@ log = structlog.get_logger(__name__)
 _FOLLOW_INTERVAL_SECONDS = 0.05
 """While requests keep coming, the read model reads the log at most this often: a burst is folded
 a page at a time, not an append at a time. A status read sees the model as of at most this long
-ago; one for a request not folded yet reads the log first."""
-_REACT_INTERVAL_SECONDS = 0.05
-"""Likewise for the coordinator's reactor: on the leader it only backs up the batches handed over
-directly, and a follower's request reaches the leader's grouper at most this much later."""
+ago; one for a request not folded yet reads the log first. Another process's request reaches
+this process's grouper at most this much later."""
 
 
 class MachinesRuntime:
@@ -99,7 +95,6 @@ class MachinesRuntime:
         retry: RetryPolicy | None = None,
         actor: str = "fleetledger",
         leadership: Leadership | None = None,
-        reactor_poll_seconds: float = 1.0,
         stop_timeout: float = 30.0,
         manage_leadership: bool = True,
     ) -> None:
@@ -148,28 +143,9 @@ class MachinesRuntime:
         self.driver = GrouperDriver(self.service, clock=self.clock, watch=self.duty_watch)
         self._follower = LogFollower(
             store,
-            self.projection,
+            _ModelThenGrouper(self.projection, self.service),
             types=REQUEST_EVENT_TYPES,
             min_interval_seconds=_FOLLOW_INTERVAL_SECONDS,
-        )
-        # Followers accept requests too: the leader learns of their requests and seals through
-        # this reactor (catching its grouper up, so the driver sees their deadlines and the
-        # coordinator their batches). A batch this process seals is handed over directly.
-        grouper_stream = self.service.stream_id
-        self._reactors = Reactors(
-            store,
-            [
-                Reactor(
-                    name=f"vm-coordinator-{grouper_name}",
-                    codec=GROUPER_CODEC,
-                    types=(MachineRequested, BatchSealed),
-                    streams=grouper_stream.__eq__,
-                    react=self._grouper_event,
-                )
-            ],
-            poll_interval=reactor_poll_seconds,
-            min_interval=_REACT_INTERVAL_SECONDS,
-            recent=self.projection.recent,
         )
         self.machines = Machines(self.service, running=lambda: self._running)
         self._running = False
@@ -188,7 +164,7 @@ class MachinesRuntime:
 
     @property
     def leading(self) -> bool:
-        """Whether this process runs the driver, the coordinator and the reactors now."""
+        """Whether this process runs the driver and the coordinator now."""
         return self.duties.leading
 
     @property
@@ -200,10 +176,6 @@ class MachinesRuntime:
     def term(self) -> int | None:
         """The leader term this process leads in, if it was elected."""
         return self.duties.term
-
-    def reactor_failures(self) -> list[str]:
-        """What stopped a reactor, if anything did (for readiness)."""
-        return self._reactors.failures()
 
     def stalls(self) -> list[str]:
         """The leader's duties that keep failing, each named with its last error (for
@@ -238,7 +210,6 @@ class MachinesRuntime:
             timeout = self._stop_timeout
         self._running = False
         self.driver.stop()
-        self._reactors.stop()
         if self.leading:
             try:
                 self.service.shutdown()
@@ -286,31 +257,17 @@ class MachinesRuntime:
         self.coordinator.submit(unfinished)
         if self._threads:
             self.driver.start()
-            if self.leadership is not None:
-                self._reactors.start()
 
     def _follow(self, reason: str) -> None:
         # Called from whichever thread noticed (possibly the driver's or a batch's): signal the
         # duties to stop without waiting for them; a fenced append cannot land anyway.
         self.driver.stop(timeout=0)
-        self._reactors.stop(timeout=0)
         self.duty_watch.clear()
         self.coordinator.halt()
 
     def _sealed_here(self, batch_ids: tuple[str, ...]) -> None:
         if self.leading:
             self.coordinator.submit(batch_ids)
-
-    def _grouper_event(self, event: GrouperEvent, record: RecordedEvent) -> None:
-        # Only an event the grouper has not folded is news. Folding it announces it: observers
-        # wake the driver and hand a sealed batch to the coordinator. One folded already was
-        # announced when it was (a seal of this process's own), or is among the unfinished
-        # batches a new leader resumes; handing it over again would run the batch a second
-        # time, reading back everything the first run wrote.
-        if record.stream_version > self.service.version:
-            # Written by another process — or by this one, with its append still concluding:
-            # fold it unless that append holds it.
-            self.service.load(through_version=record.stream_version)
 
     def _completed(
         self, batch_id: str, outcomes: tuple[MachineOutcome, ...], completed_event_id: str
@@ -330,3 +287,23 @@ class MachinesRuntime:
                 batch_id, outcomes, causation_id=completed_event_id
             ),
         )
+
+
+class _ModelThenGrouper:
+    """The follower's model: the read model reads what is new, then the grouper folds what the
+    model found of its stream that it has not folded yet (another process's requests and
+    seals). Folding announces it: observers wake the driver and hand a sealed batch to the
+    coordinator. Compared state to state on every read, not event by event, so a fold that
+    failed (the log unreachable) is done at the next read."""
+
+    def __init__(self, projection: MachineRequestsProjection, service: MachineService) -> None:
+        self._projection = projection
+        self._service = service
+
+    def catch_up(self, store: EventStore) -> int:
+        read = self._projection.catch_up(store)
+        version = self._projection.grouper_version
+        if version > self._service.version:
+            # Unless the append in flight of this process holds it: then nothing is read.
+            self._service.load(through_version=version)
+        return read

@@ -12,7 +12,10 @@ from fleetledger.adapters.cloud import CapacityUnavailable, FakeCloud
 from fleetledger.adapters.machines import MachinesRuntime, batch_stream_id, grouper_stream_id
 from fleetledger.adapters.machines.streams import batch_stream_prefix
 from fleetledger.eventstore import EventStore
-from fleetledger.projections.machine_requests import MachineRequestsProjection
+from fleetledger.projections.machine_requests import (
+    REQUEST_EVENT_TYPES,
+    MachineRequestsProjection,
+)
 from tests.adapters.machines.support import (
     D8,
     EPOCH,
@@ -110,6 +113,28 @@ class TestLifecycle:
 
         assert model.views() == {}
         assert batch_stream_id("default-b", "x").startswith(batch_stream_prefix("default"))
+
+
+class TestGrouperVersion:
+    def test_is_the_version_of_the_last_grouper_event_read(
+        self, sqlite_store: EventStore, runtime: MachinesRuntime
+    ) -> None:
+        """Of the events the model reads: batch streams' events move it on, not the grouper's
+        version."""
+        runtime.machines.enqueue(request(1))
+        runtime.machines.enqueue(request(2))
+        idle(runtime)
+        model = projection()
+
+        model.catch_up(sqlite_store)
+
+        grouper = [
+            e
+            for e in sqlite_store.read_all(types=list(REQUEST_EVENT_TYPES))
+            if e.stream_id == grouper_stream_id("default")
+        ]
+        assert model.grouper_version == grouper[-1].stream_version == 3  # two requests, a seal
+        assert model.position > grouper[-1].global_position  # the batch's events came after
 
 
 class TestRebuild:

@@ -1,5 +1,5 @@
 """MachinesRuntime with a leadership: the leader runs each batch it seals once, and learns of
-what followers accept through its reactor."""
+what followers accept through its read model's follower."""
 
 from __future__ import annotations
 
@@ -20,15 +20,10 @@ from .support import HeldCloud, request
 FAST = GrouperConfig(
     idle_timeout=timedelta(milliseconds=50), max_timeout=timedelta(seconds=1), max_batch_size=50
 )
-REACTOR = "vm-coordinator-default"
 
 
 def elected(store: EventStore, board: dict[str, str], holder: str) -> Leadership:
     return Leadership(store, MemoryLease(board, holder=holder), clock=SystemClock(), holder=holder)
-
-
-def reactor_position(store: EventStore) -> int:
-    return store.subscribe(REACTOR, lambda event, conn: None, start=False).position
 
 
 def the_seal(store: EventStore) -> RecordedEvent:
@@ -38,11 +33,11 @@ def the_seal(store: EventStore) -> RecordedEvent:
 
 
 class TestBatchesItSeals:
-    def test_a_batch_is_not_run_again_when_the_reactor_reads_its_seal(
+    def test_a_batch_is_not_run_again_when_its_seal_is_read_from_the_log(
         self, sqlite_url: str
     ) -> None:
-        """The seal reaches the coordinator once, directly; the reactor that reads it from the
-        log while the batch is still in flight does not hand it over a second time."""
+        """The seal reaches the coordinator once, directly; reading it from the log while the
+        batch is still in flight does not hand it over a second time."""
         cloud = HeldCloud()
         with contextlib.closing(open_store(sqlite_url)) as store:
             runtime = MachinesRuntime(
@@ -60,7 +55,7 @@ class TestBatchesItSeals:
                 futures = runtime.machines.enqueue_many([request(n) for n in range(3)])
                 cloud.wait_entered(1, timeout=10)
                 sealed = the_seal(store)
-                wait_for(lambda: reactor_position(store) >= sealed.global_position)
+                wait_for(lambda: runtime.projection.position >= sealed.global_position)
                 cloud.release.set()
                 assert [f.result(timeout=10).status for f in futures] == ["created"] * 3
                 assert runtime.coordinator.wait_idle(10)
