@@ -18,6 +18,7 @@ a higher term becomes the recorded one. The database checks it in the insert's o
 
 from __future__ import annotations
 
+from fleetledger.eventstore._encoding import canonical_json
 from fleetledger.eventstore._engine import DEFAULT_DATABASE_URL, resolve_url
 from fleetledger.eventstore._sql import SqlBackend
 from fleetledger.eventstore._store import EventStore
@@ -73,6 +74,7 @@ __all__ = [
     "Upcasters",
     "VerifyReport",
     "WrongExpectedVersion",
+    "canonical_json",
     "open_store",
 ]
 

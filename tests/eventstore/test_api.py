@@ -6,6 +6,7 @@ from fleetledger import eventstore
 from fleetledger.eventstore import errors
 
 PUBLIC = {
+    "canonical_json",
     "ANY",
     "DEFAULT_DATABASE_URL",
     "NO_STREAM",

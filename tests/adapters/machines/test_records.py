@@ -10,7 +10,13 @@ from fleetledger.adapters.machines.records import decode, encode, event_id
 from fleetledger.domain.codec import CodecError
 from fleetledger.domain.grouper import MachineRequested
 from fleetledger.domain.template import template_hash
-from fleetledger.eventstore import EventStore, NewEvent, StreamAppend, WrongExpectedVersion
+from fleetledger.eventstore import (
+    EventStore,
+    InvalidEvent,
+    NewEvent,
+    StreamAppend,
+    WrongExpectedVersion,
+)
 
 from .support import D4, EPOCH
 
@@ -52,6 +58,22 @@ class TestEventIds:
     def test_the_same_event_at_another_version_has_another_id(self) -> None:
         """Ids cover the slot, so the same content later in the stream is a new event."""
         assert event_id("s", 1, "t", {}) != event_id("s", 2, "t", {})
+
+    def test_ids_never_change(self) -> None:
+        """The id of given content is fixed for good: a re-send after an upgrade must still be
+        recognised as a replay (pinned from the first release's formula)."""
+        data = {
+            "z": [1, 2.5, None, True],
+            "a": {"é": 'naïve "q" \\ \n', "b": -0.0, "c": 10**20},
+            "m": "x",
+        }
+        assert str(event_id("vmgrouper-ü", 7, "vm.MachineRequested", data)) == (
+            "221fd7f9-fdfb-586a-b8b5-e883f2d98883"
+        )
+
+    def test_data_the_log_would_refuse_gets_no_id(self) -> None:
+        with pytest.raises(InvalidEvent, match="not JSON-serialisable"):
+            event_id("s", 1, "t", {"load": float("nan")})
 
 
 class TestResending:
