@@ -197,12 +197,20 @@ def _event_id(value: object) -> tuple[str, bytes]:
     if isinstance(value, uuid.UUID):
         return str(value), value.bytes
     if isinstance(value, str):
+        if _is_canonical_uuid(value):
+            # Already the canonical text (what the runtime's ids are): no UUID to build.
+            return value, bytes.fromhex(value.replace("-", ""))
         try:
             parsed = uuid.UUID(value)
         except ValueError as e:
             raise InvalidEvent(f"event_id {value!r} is not a UUID") from e
         return str(parsed), parsed.bytes
     raise InvalidEvent(f"event_id must be a UUID, a UUID string or None, got {value!r}")
+
+
+_is_canonical_uuid = re.compile(
+    "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+).fullmatch
 
 
 def _new_event_id() -> tuple[str, bytes]:
@@ -228,7 +236,11 @@ def _prepare_event(event: object, *, max_event_bytes: int) -> PreparedEvent:
         raise InvalidEvent(f"event data must be a JSON object (a mapping), got {type(data)}")
     if type(metadata) is not dict and not isinstance(metadata, Mapping):
         raise InvalidEvent("event metadata must be a JSON object (a mapping)")
-    data_text = _body_text(data, "data", event_type)
+    data_text = event.data_json
+    if data_text is None:
+        data_text = _body_text(data, "data", event_type)
+    elif type(data_text) is not str:
+        raise InvalidEvent(f"data_json of {event_type!r} must be text, got {type(data_text)}")
     metadata_text = _body_text(metadata, "metadata", event_type)
     size = _utf8_size(data_text, event_type) + _utf8_size(metadata_text, event_type)
     if size > max_event_bytes:

@@ -54,6 +54,11 @@ class NewEvent:
 
     Pass your own ``event_id`` when you may retry: re-appending the same ids at the same
     versions returns the original result instead of writing twice.
+
+    ``data_json``: ``data`` as :func:`~fleetledger.eventstore.canonical_json` encoded it, for a
+    caller that has encoded it already (to derive its event id, say): the store then keeps this
+    text instead of encoding ``data`` a second time. It must be exactly that encoding of
+    ``data`` — the store stores and hashes the text as given.
     """
 
     type: str
@@ -61,6 +66,7 @@ class NewEvent:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     event_id: uuid.UUID | str | None = None
     schema_version: int = 1
+    data_json: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,22 @@ class TestData:
             match=r"data of 'Bad' is not JSON-serialisable",
         )
 
+    def test_data_already_encoded_is_stored_as_given(self, seeded: EventStore) -> None:
+        """``data_json`` spares the store a second encoding: it is what is stored and hashed."""
+        data = {"b": [1, 2.5], "a": "é"}
+        seeded.append("vm-1", [NewEvent("T", data, data_json=canonical_json(data, what="data"))])
+
+        [stored] = seeded.read_stream("vm-1")
+        assert stored.data == data
+        assert seeded.verify().ok
+
+    def test_data_json_must_be_text(self, seeded: EventStore) -> None:
+        assert_refused(
+            seeded,
+            lambda: seeded.append("vm-1", [NewEvent("T", {}, data_json=b"{}")]),  # type: ignore[arg-type]
+            match="data_json of 'T' must be text",
+        )
+
     def test_metadata_that_is_not_json(self, seeded: EventStore) -> None:
         """Metadata is held to the same rule as data."""
         assert_refused(

@@ -71,6 +71,15 @@ class TestFaithfulRetry:
         assert again == original
         assert store.head() == 1
 
+    def test_an_id_in_capitals_is_the_same_id(self, store: EventStore) -> None:
+        [event_id] = fresh_ids(1)
+        original = store.append("vm-1", [NewEvent("T", {}, event_id=str(event_id))])
+
+        again = store.append("vm-1", [NewEvent("T", {}, event_id=str(event_id).upper())])
+
+        assert again == original
+        assert store.head() == 1
+
     def test_retry_of_append_many(self, store: EventStore) -> None:
         """Re-sending a multi-stream append returns the original results in the caller's order."""
         a, b = fresh_ids(2)

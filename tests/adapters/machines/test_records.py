@@ -16,6 +16,7 @@ from fleetledger.eventstore import (
     NewEvent,
     StreamAppend,
     WrongExpectedVersion,
+    canonical_json,
 )
 
 from .support import D4, EPOCH
@@ -70,6 +71,14 @@ class TestEventIds:
         assert str(event_id("vmgrouper-ü", 7, "vm.MachineRequested", data)) == (
             "221fd7f9-fdfb-586a-b8b5-e883f2d98883"
         )
+
+    def test_records_carry_their_id_and_their_encoded_data(self) -> None:
+        """The id is the one :func:`event_id` gives, and the data's canonical JSON travels
+        with the record, so the store does not encode it again."""
+        [record] = records(requested(1))
+
+        assert record.event_id == str(event_id("vmgrouper-t", 1, record.type, record.data))
+        assert record.data_json == canonical_json(record.data, what="data")
 
     def test_data_the_log_would_refuse_gets_no_id(self) -> None:
         with pytest.raises(InvalidEvent, match="not JSON-serialisable"):
