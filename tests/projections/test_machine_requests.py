@@ -167,6 +167,25 @@ class TestRebuild:
         assert rebuilt.counts() == {"created": 8, "failed": 1}
 
 
+class TestViews:
+    def test_a_view_read_earlier_does_not_change_under_its_reader(
+        self, sqlite_store: EventStore, runtime: MachinesRuntime
+    ) -> None:
+        """The model updates its requests in place; what it hands out is a copy as of then."""
+        runtime.machines.enqueue(request(1))
+        model = projection()
+        model.catch_up(sqlite_store)
+        pending = model.get("r-1")
+
+        idle(runtime)
+        model.catch_up(sqlite_store)
+
+        assert pending is not None and pending.status == "pending"
+        created = model.get("r-1")
+        assert created is not None and created.status == "created"
+        assert created.position > pending.position
+
+
 class TestWaiting:
     def test_watch_resolves_when_the_request_reaches_its_outcome(
         self, sqlite_store: EventStore, runtime: MachinesRuntime
