@@ -232,6 +232,8 @@ def _identity(value: object) -> object:
 
 
 def _encode_datetime(value: datetime) -> str:
+    if value.tzinfo is UTC:
+        return value.isoformat()  # nearly every time: already UTC, nothing to convert
     if value.utcoffset() is None:
         raise CodecError(f"naive datetime {value!r}; events carry timezone-aware UTC times")
     return value.astimezone(UTC).isoformat()

@@ -93,9 +93,13 @@ class _JSON(JSONResponse):
     is escaped instead of failing the response."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(
-            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
-        ).encode()
+        return _encode_ascii_json(content).encode()
+
+
+# Built once: json.dumps with options builds an encoder on every call.
+_encode_ascii_json = json.JSONEncoder(
+    ensure_ascii=True, allow_nan=False, separators=(",", ":")
+).encode
 
 
 def status_url(request_id: str) -> str:
