@@ -118,6 +118,11 @@ class RequestView:
 
 
 _VIEW_FIELDS = tuple(RequestView.__dataclass_fields__)
+_VIEW_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(RequestView)
+    if f.default is not dataclasses.MISSING
+}
 
 
 class _Entry:
@@ -139,9 +144,11 @@ class _Entry:
     provider_id: str | None
     error: MachineError | None
 
-    def __init__(self, view: RequestView) -> None:
-        for name in _VIEW_FIELDS:
-            setattr(self, name, getattr(view, name))
+    def __init__(self, **values: object) -> None:
+        for name, value in _VIEW_DEFAULTS.items():
+            setattr(self, name, value)
+        for name, value in values.items():
+            setattr(self, name, value)
 
     def view(self) -> RequestView:
         return RequestView(**{name: getattr(self, name) for name in _VIEW_FIELDS})
@@ -244,16 +251,14 @@ class MachineRequestsProjection:
         position = record.global_position
         if isinstance(event, MachineRequested):
             entry = _Entry(
-                RequestView(
-                    request_id=event.request_id,
-                    machine_name=event.machine_name,
-                    template_hash=event.template_hash,
-                    batch_id=event.batch_id,
-                    status="pending",
-                    skip_batching=event.skip_batching,
-                    requested_at=event.at,
-                    position=position,
-                )
+                request_id=event.request_id,
+                machine_name=event.machine_name,
+                template_hash=event.template_hash,
+                batch_id=event.batch_id,
+                status="pending",
+                skip_batching=event.skip_batching,
+                requested_at=event.at,
+                position=position,
             )
             self._entries[event.request_id] = entry
             return [entry]
