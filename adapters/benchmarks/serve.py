@@ -7,6 +7,9 @@ The figures: acknowledged POSTs per second, latency p50/p99/max, answers other t
 *lost* requests — acknowledged (202) yet absent from the log — which must be 0. Also how many of
 the machines were created by the time the last answer came: the server's coordinator creates
 them meanwhile on the same cores, so a rate bought by letting it fall behind would show there.
+And the server process's CPU time per POST during the timed run (Linux, from ``/proc``): on a
+shared machine the rate moves with the neighbours, the clients and the database; that figure
+moves much less, so it is the one to compare two builds by.
 
 The clients share this process's event loop; the server is another process, so both use the
 machine's cores as they would in production on one box.
@@ -24,6 +27,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import httpx
@@ -56,10 +60,18 @@ class ServeBenchReport:
     """Machines created (``MachineCreated`` in the log) when the last answer came."""
     requested: int = 0
     """Machine requests in the log then, the warm-up's included."""
+    server_cpu_seconds: float | None = None
+    """The server process's CPU time (user and system) during the timed POSTs, if known."""
 
     @property
     def posts_per_second(self) -> float:
         return self.acknowledged / self.seconds if self.seconds else 0.0
+
+    @property
+    def server_cpu_ms_per_post(self) -> float | None:
+        if self.server_cpu_seconds is None or not self.acknowledged:
+            return None
+        return self.server_cpu_seconds * 1000 / self.acknowledged
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies_ms)
@@ -83,12 +95,14 @@ class ServeBenchReport:
             "refused": self.refused,
             "lost": self.lost,
             "machines": {"requested": self.requested, "created": self.created},
+            "server_cpu_ms_per_post": _rounded(self.server_cpu_ms_per_post),
             "targets": {"posts_per_second": TARGET_POSTS_PER_SECOND, "p99_ms": TARGET_P99_MS},
         }
 
     def render(self) -> str:
         rate, p99 = self.posts_per_second, self.percentile(0.99)
         slowest = max(self.latencies_ms, default=0.0)
+        cpu = self.server_cpu_ms_per_post
         return "\n".join(
             [
                 f"bench serve ({self.backend}, {self.clients} clients, {self.requests} "
@@ -101,8 +115,15 @@ class ServeBenchReport:
                 f"{self.lost} lost (accepted but not in the log; must be 0)",
                 f"  machines    {self.created} of the {self.requested} requested (warm-up "
                 "included) created by the last answer",
+                "  server CPU  "
+                + ("unknown (no /proc)" if cpu is None else f"{cpu:.3f} ms per POST")
+                + " (the serve process, user + system, during the timed POSTs)",
             ]
         )
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def run_serve_bench(
@@ -111,15 +132,17 @@ def run_serve_bench(
     """Serve a scratch database of ``url``'s server and drive it; see the module docstring."""
     if clients < 1 or requests < 1 or warmup < 0:
         raise ValueError("clients and requests must be at least 1, warmup at least 0")
-    with scratch_database(url) as scratch, _server(scratch) as base_url:
+    with scratch_database(url) as scratch, _server(scratch) as (base_url, pid):
         backend = "sqlite" if scratch.startswith("sqlite") else "postgres"
         asyncio.run(_drive(base_url, clients=clients, count=warmup, prefix="warm"))
         log.info("warm-up done; measuring", clients=clients, requests=requests)
+        cpu_before = _cpu_seconds(pid)
         started = time.perf_counter()
         latencies, acknowledged, refused = asyncio.run(
             _drive(base_url, clients=clients, count=requests, prefix="bench")
         )
         seconds = time.perf_counter() - started
+        cpu_after = _cpu_seconds(pid)
         with contextlib.closing(open_store(scratch)) as store:
             created = len(store.read_all(after=0, limit=10_000_000, types=["vm.MachineCreated"]))
             logged = {
@@ -138,7 +161,21 @@ def run_serve_bench(
         latencies_ms=tuple(latencies),
         created=created,
         requested=len(logged),
+        server_cpu_seconds=(
+            None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+        ),
     )
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time of process ``pid`` so far, or ``None`` without ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields 14 and 15 (utime, stime), counted after the command name, which may hold spaces.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _drive(
@@ -179,7 +216,7 @@ async def _drive(
 
 
 @contextlib.contextmanager
-def _server(url: str) -> Iterator[str]:
+def _server(url: str) -> Iterator[tuple[str, int]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -191,7 +228,7 @@ def _server(url: str) -> Iterator[str]:
     base_url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_leading(base_url, process)
-        yield base_url
+        yield base_url, process.pid
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -21,6 +22,8 @@ class TestBenchServe:
         assert figures["machines"]["requested"] == 24
         assert 0 <= figures["machines"]["created"] <= 24
         assert "20 accepted, 0 refused; 0 lost" in report.render()
+        if os.path.exists("/proc/self/stat"):
+            assert figures["server_cpu_ms_per_post"] > 0
 
     def test_impossible_sizes_are_refused(self, postgres_url: str) -> None:
         with pytest.raises(ValueError, match="clients and requests must be at least 1"):
