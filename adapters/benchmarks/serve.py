@@ -7,9 +7,9 @@ The figures: acknowledged POSTs per second, latency p50/p99/max, answers other t
 *lost* requests — acknowledged (202) yet absent from the log — which must be 0. Also how many of
 the machines were created by the time the last answer came: the server's coordinator creates
 them meanwhile on the same cores, so a rate bought by letting it fall behind would show there.
-And the server process's CPU time per POST during the timed run (Linux, from ``/proc``): on a
-shared machine the rate moves with the neighbours, the clients and the database; that figure
-moves much less, so it is the one to compare two builds by.
+And the server process's CPU time per POST during the timed run (Linux, from ``/proc``): the
+rate also depends on how much of the cores the clients and the database take; this figure is the
+server's own cost, the one to compare two builds of it by.
 
 The clients share this process's event loop; the server is another process, so both use the
 machine's cores as they would in production on one box.
