@@ -98,7 +98,9 @@ class EventType:
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Plan:
     event_type: EventType
-    encoders: tuple[tuple[str, _Encode], ...]
+    encoders: tuple[tuple[str, _Encode | None], ...]
+    """Each field's encoder, ``None`` for a value JSON takes as it is (most of them: a call
+    per field saved on every event encoded)."""
     decoders: Mapping[str, _Decode]
     required: frozenset[str]
 
@@ -164,6 +166,9 @@ def to_data(event: object) -> tuple[str, int, dict[str, object]]:
         raise CodecError(f"{type(event).__qualname__} is not a registered event")
     data: dict[str, object] = {}
     for name, encode in plan.encoders:
+        if encode is None:
+            data[name] = getattr(event, name)
+            continue
         try:
             data[name] = encode(getattr(event, name))
         except CodecError as e:
@@ -202,12 +207,13 @@ def from_data(type_name: str, schema_version: int, data: Mapping[str, object]) -
 def _plan_for(event_type: EventType) -> _Plan:
     cls = event_type.cls
     hints = typing.get_type_hints(cls)
-    encoders: list[tuple[str, _Encode]] = []
+    encoders: list[tuple[str, _Encode | None]] = []
     decoders: dict[str, _Decode] = {}
     required: set[str] = set()
     for f in dataclasses.fields(cls):
         try:
-            encoders.append((f.name, _encoder(hints[f.name])))
+            encode = _encoder(hints[f.name])
+            encoders.append((f.name, None if encode is _identity else encode))
             decoders[f.name] = _decoder(hints[f.name])
         except CodecError as e:
             raise CodecError(f"{cls.__qualname__}.{f.name}: {e}") from e
