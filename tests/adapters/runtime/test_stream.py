@@ -363,31 +363,30 @@ class TestCompanions:
         assert companion.global_position > own.global_position
 
 
+def opener_of(store: EventStore, writer: Writer, key: str, **options: object) -> Hosted:
+    """A stream whose every decision also opens ``counter-<key>`` (with an increment by 7)."""
+
+    def companions(events: object, records: object, at: datetime) -> list[StreamAppend]:
+        increment = Increment(f"open-{key}", 7, at)
+        return [opening_append(COUNTER, key, increment, causation_id="c", writer=writer)]
+
+    return HostedStream(
+        store,
+        COUNTER,
+        f"counter-opener-of-{key}",
+        clock=ManualClock(EPOCH),
+        writer=writer,
+        companions=companions,
+        **options,  # type: ignore[arg-type]
+    )
+
+
 class TestOpenings:
     """A stream opened by a companion append of this process starts from the opening's events."""
 
-    @staticmethod
-    def opener(writer: Writer, key: str) -> object:
-        def companions(events: object, records: object, at: datetime) -> list[StreamAppend]:
-            return [
-                opening_append(
-                    COUNTER, key, Increment(f"open-{key}", 7, at), causation_id="c", writer=writer
-                )
-            ]
-
-        return companions
-
     def test_a_stream_opened_here_is_not_read_back(self, store: EventStore) -> None:
-        recent = RecentEvents()
-        writer = Writer(recent=recent)
-        HostedStream(
-            store,
-            COUNTER,
-            "counter-opener",
-            clock=ManualClock(EPOCH),
-            writer=writer,
-            companions=self.opener(writer, "opened"),  # type: ignore[arg-type]
-        ).execute(plan("o-1"))  # type: ignore[arg-type]
+        writer = Writer(recent=RecentEvents())
+        opener_of(store, writer, "opened").execute(plan("o-1"))  # type: ignore[arg-type]
         counting = CountingReads(store)
 
         opened: Hosted = HostedStream(
@@ -406,16 +405,8 @@ class TestOpenings:
     def test_an_opening_moved_on_by_another_writer_is_caught_up_at_the_next_append(
         self, store: EventStore
     ) -> None:
-        recent = RecentEvents()
-        writer = Writer(recent=recent)
-        HostedStream(
-            store,
-            COUNTER,
-            "counter-opener2",
-            clock=ManualClock(EPOCH),
-            writer=writer,
-            companions=self.opener(writer, "moved"),  # type: ignore[arg-type]
-        ).execute(plan("o-2"))  # type: ignore[arg-type]
+        writer = Writer(recent=RecentEvents())
+        opener_of(store, writer, "moved").execute(plan("o-2"))  # type: ignore[arg-type]
         opened: Hosted = HostedStream(
             store, COUNTER, "counter-moved", clock=ManualClock(EPOCH), writer=writer
         )
@@ -433,15 +424,8 @@ class TestOpenings:
             plan("first-owner")  # type: ignore[arg-type]
         )
         recent = RecentEvents()
-        writer = Writer(recent=recent)
-        opener: Hosted = HostedStream(
-            store,
-            COUNTER,
-            "counter-opener3",
-            clock=ManualClock(EPOCH),
-            writer=writer,
-            retry=RetryPolicy(conflict_attempts=2),
-            companions=self.opener(writer, "taken"),  # type: ignore[arg-type]
+        opener = opener_of(
+            store, Writer(recent=recent), "taken", retry=RetryPolicy(conflict_attempts=2)
         )
 
         with pytest.raises(LogContention):
