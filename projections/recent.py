@@ -9,6 +9,10 @@ decodes only what it does not find (another process's events, an older log, one 
 That is exact, not an approximation: an event id names one stored event (the log's ids are
 unique), and decoding a freshly encoded event gives an equal object, so the model folds the same
 values either way. Only events this process saw committed may be handed over.
+
+The same goes for whole streams this process created (each batch stream a seal opens): the events
+a stream was opened with are kept under its id until the stream is hosted here, which then starts
+from them instead of reading them back (``take_opening``).
 """
 
 from __future__ import annotations

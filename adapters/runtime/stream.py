@@ -15,12 +15,12 @@ Under load this turns N fold-decide-append round trips into one, the same batchi
 group commit does one layer down.
 
 **Streams nobody leads in person are led together.** Groups submitted without a blocked caller
-(:meth:`HostedStream.submit` and :meth:`HostedStream.decide`, and whatever queues behind a leader)
-are led by the store's batcher:
-one committer thread at a time takes every stream with submissions waiting, decides each group
-on its own stream, commits them all in one transaction (each keeps its own outcome) and answers
-each. A caller of ``execute`` finding its stream listed for the next round takes it back and
-leads it itself, so an observer running on the batcher's thread never waits for that thread.
+(:meth:`HostedStream.submit` and :meth:`HostedStream.decide`, and whatever queues behind a
+leader) are led by the store's batcher: one committer thread at a time takes every stream with
+submissions waiting, decides each group on its own stream, commits them all in one transaction
+(each keeps its own outcome) and answers each. A caller of ``execute`` finding its stream listed
+for the next round takes it back and leads it itself, so an observer running on the batcher's
+thread never waits for that thread.
 
 A decision may also open or extend other streams in the same transaction: ``companions(events,
 records, at)`` returns extra appends committed atomically with the stream's own (the grouper opens
