@@ -105,6 +105,7 @@ class NodesRuntime:
             store,
             [migration_reactor(self.service, self.migrations)],
             poll_interval=reactor_poll_seconds,
+            recent=self.projection.recent,
         )
         self._running = False
         self._stop_sync = threading.Event()

@@ -83,7 +83,6 @@ class Reactors:
         reactors: Sequence[Reactor[Any]],
         *,
         poll_interval: float = 1.0,
-        min_interval: float = 0.0,
         recent: RecentEvents | None = None,
     ) -> None:
         self._store = store
@@ -91,8 +90,6 @@ class Reactors:
         # The events this process's streams committed (see Writer.recent): not decoded again.
         self._recent = recent
         self._poll_interval = poll_interval
-        # See EventStore.subscribe: reactors that need not answer each append at once.
-        self._min_interval = min_interval
         self._subscriptions: list[Subscription] = []
 
     @property
@@ -125,7 +122,6 @@ class Reactors:
             poll_interval=self._poll_interval,
             start=start,
             handler_writes=False,
-            min_interval=self._min_interval,
         )
 
     def stop(self, timeout: float | None = 10.0) -> None:
