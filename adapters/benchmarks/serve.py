@@ -37,7 +37,13 @@ from fleetledger.eventstore import open_store
 
 from .scratch import scratch_database
 
-__all__ = ["TARGET_POSTS_PER_SECOND", "TARGET_P99_MS", "ServeBenchReport", "run_serve_bench"]
+__all__ = [
+    "TARGET_POSTS_PER_SECOND",
+    "TARGET_P99_MS",
+    "ServeBenchReport",
+    "process_cpu_seconds",
+    "run_serve_bench",
+]
 
 log = structlog.get_logger("bench.serve")
 
@@ -136,13 +142,13 @@ def run_serve_bench(
         backend = "sqlite" if scratch.startswith("sqlite") else "postgres"
         asyncio.run(_drive(base_url, clients=clients, count=warmup, prefix="warm"))
         log.info("warm-up done; measuring", clients=clients, requests=requests)
-        cpu_before = _cpu_seconds(pid)
+        cpu_before = process_cpu_seconds(pid)
         started = time.perf_counter()
         latencies, acknowledged, refused = asyncio.run(
             _drive(base_url, clients=clients, count=requests, prefix="bench")
         )
         seconds = time.perf_counter() - started
-        cpu_after = _cpu_seconds(pid)
+        cpu_after = process_cpu_seconds(pid)
         with contextlib.closing(open_store(scratch)) as store:
             created = len(store.read_all(after=0, limit=10_000_000, types=["vm.MachineCreated"]))
             logged = {
@@ -167,8 +173,12 @@ def run_serve_bench(
     )
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU time of process ``pid`` so far, or ``None`` without ``/proc``."""
+def process_cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time of process ``pid`` so far, or ``None`` without ``/proc``.
+
+    The kernel counts it in clock ticks (usually 10 ms), so a span of a few milliseconds
+    may read as none at all.
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
