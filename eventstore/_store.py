@@ -316,7 +316,6 @@ class EventStore:
         poll_interval: float = 1.0,
         start: bool = True,
         handler_writes: bool = True,
-        min_interval: float = 0.0,
     ) -> Subscription:
         """A checkpointed subscription: catch up from its checkpoint, then follow live.
 
@@ -326,11 +325,6 @@ class EventStore:
         kept). ``handler_writes=False`` declares a handler that never writes through the
         connection, which spares the savepoints. With ``start=False`` nothing runs until
         ``start()`` or ``run_until_caught_up()``.
-
-        ``min_interval`` (seconds): once at the head, read again no sooner than this, for a
-        handler that need not react to each append at once. Under a burst it then handles a
-        page per interval, with one checkpoint write, instead of a read and a checkpoint write
-        per append; no event waits longer than the interval.
         """
         subscription = Subscription(
             self,
@@ -340,7 +334,6 @@ class EventStore:
             batch_size=batch_size,
             poll_interval=poll_interval,
             handler_writes=handler_writes,
-            min_interval=min_interval,
         )
         self._subscriptions.append(subscription)
         if start:

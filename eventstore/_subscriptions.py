@@ -41,12 +41,11 @@ class Subscription:
         batch_size: int,
         poll_interval: float,
         handler_writes: bool = True,
-        min_interval: float = 0.0,
     ) -> None:
         if not name or not isinstance(name, str):
             raise InvalidEvent("a subscription needs a non-empty name")
-        if batch_size < 1 or poll_interval <= 0 or min_interval < 0:
-            raise InvalidEvent("batch_size must be >= 1, poll_interval > 0 and min_interval >= 0")
+        if batch_size < 1 or poll_interval <= 0:
+            raise InvalidEvent("batch_size must be >= 1 and poll_interval > 0")
         self.name = name
         self._store = store
         self._handler = handler
@@ -54,7 +53,6 @@ class Subscription:
         self._batch_size = batch_size
         self._poll_interval = poll_interval
         self._handler_writes = handler_writes
-        self._min_interval = min_interval
         self._position = store.backend.load_checkpoint(name)
         self._progress = threading.Condition()
         self._stop = threading.Event()
@@ -146,10 +144,6 @@ class Subscription:
                 continue
             if handled == 0:
                 self._store.wait_for_wake(seen, self._poll_interval, types=self._types)
-            elif handled < self._batch_size and self._min_interval:
-                # A partial page: the head is reached. Let a burst gather instead of reading
-                # (and writing a checkpoint) again for the next append.
-                self._stop.wait(self._min_interval)
         log.info("subscription stopped", subscription=self.name, position=self.position)
 
     def _handle_page(self) -> int:

@@ -131,55 +131,6 @@ class TestCatchUpAndLive:
             store.subscribe("", Recorder(), start=False)
 
 
-class PageRecorder:
-    """Records, for each event, the subscription's position when it was handled: the events
-    of one page all see the position the page started from."""
-
-    def __init__(self) -> None:
-        self.subscription: Subscription | None = None
-        self.page_starts: dict[int, int] = {}
-
-    def __call__(self, event: RecordedEvent, conn: sa.Connection) -> None:
-        assert self.subscription is not None
-        self.page_starts[event.global_position] = self.subscription.position
-
-
-class TestMinInterval:
-    def test_a_burst_at_the_head_is_read_in_one_page(self, store: EventStore) -> None:
-        """Appends arriving within the interval after a page are read together, with one
-        checkpoint write, instead of a page per append."""
-        recorder = PageRecorder()
-        subscription = store.subscribe(
-            "paced", recorder, poll_interval=30.0, min_interval=1.0, start=False
-        )
-        recorder.subscription = subscription
-        with subscription.start():
-            store.append("vm-0", new_events(1))
-            assert subscription.wait_for(1, timeout=WAIT)
-            # Five appends take milliseconds: well inside the interval.
-            for n in range(1, 6):
-                store.append(f"vm-{n}", new_events(1))
-            assert subscription.wait_for(6, timeout=WAIT)
-
-        assert recorder.page_starts == {1: 0, 2: 1, 3: 1, 4: 1, 5: 1, 6: 1}
-
-    def test_stopping_does_not_wait_out_the_interval(self, store: EventStore) -> None:
-        """A subscription pausing between pages stops at once when told to."""
-        subscription = store.subscribe(
-            "paced", Recorder(), poll_interval=30.0, min_interval=3600.0, start=False
-        )
-        with subscription.start():
-            store.append("vm-1", new_events(1))
-            assert subscription.wait_for(1, timeout=WAIT)
-            subscription.stop(timeout=WAIT)
-
-            assert not subscription.running
-
-    def test_a_negative_interval_is_refused(self, store: EventStore) -> None:
-        with pytest.raises(InvalidEvent, match="min_interval"):
-            store.subscribe("paced", Recorder(), min_interval=-1.0, start=False)
-
-
 class TestCheckpoint:
     def test_a_new_subscription_resumes_after_the_checkpoint(self, store: EventStore) -> None:
         """The checkpoint is persisted: the same name picks up after what was handled."""
