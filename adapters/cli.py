@@ -828,7 +828,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     from fleetledger.adapters.runtime.leadership import Leadership, lease_for
     from fleetledger.domain.errors import InvalidCommand
-    from fleetledger.domain.grouper import GrouperConfig
+    from fleetledger.domain.machines import GrouperConfig
 
     try:
         config = GrouperConfig(

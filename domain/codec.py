@@ -37,17 +37,19 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from fleetledger.domain import batch_job, ipam, scheduling, testbed, workloads
-from fleetledger.domain.grouper import BatchOutcomesRecorded, BatchSealed, MachineRequested
+from fleetledger.domain import ipam
 from fleetledger.domain.leadership import LeaderElected
-from fleetledger.domain.machine_batch import (
+from fleetledger.domain.machines import (
     BatchCompleted,
     BatchDispatched,
     BatchOpened,
+    BatchOutcomesRecorded,
+    BatchSealed,
     MachineCreateAccepted,
     MachineCreated,
     MachineFailed,
     MachineNotFound,
+    MachineRequested,
 )
 from fleetledger.domain.nodes import (
     ComputeUnitViolated,
@@ -63,6 +65,8 @@ from fleetledger.domain.nodes import (
     ResourcesGranted,
     VmPodReserved,
 )
+from fleetledger.domain.placement import workloads
+from fleetledger.domain.testbeds import batch_job, scheduling, testbed
 
 __all__ = [
     "CodecError",

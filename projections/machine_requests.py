@@ -31,13 +31,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from fleetledger.domain.grouper import BatchSealed, MachineRequested
-from fleetledger.domain.machine_batch import (
+from fleetledger.domain.machines import (
     BatchDispatched,
+    BatchSealed,
     MachineCreated,
     MachineError,
     MachineFailed,
     MachineNotFound,
+    MachineRequested,
 )
 from fleetledger.eventstore import EventStore, RecordedEvent
 from fleetledger.projections._reading import catch_up

@@ -278,7 +278,7 @@ def _time_planning(work: list[list[WorkloadRequest]], nodes: int, pool: Pool) ->
     for requests in work:
         snapshot = Snapshot(workers=tuple(workers.values()))
         started = time.perf_counter()
-        result = plan(requests, snapshot, [pool], at=_EPOCH)
+        result = plan(requests, snapshot, [pool])
         seconds += time.perf_counter() - started
         for rid, node in result.placed.items():
             w, r = workers[node], by_id[rid]

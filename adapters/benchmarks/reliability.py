@@ -47,7 +47,7 @@ from fleetledger.adapters.cloud import (
 from fleetledger.adapters.http import create_app
 from fleetledger.adapters.http.limits import DEFAULT_MAX_BODY_BYTES
 from fleetledger.adapters.machines import MachinesRuntime
-from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.domain.machines import GrouperConfig
 from fleetledger.eventstore import EventStore, open_store
 from fleetledger.eventstore._engine import normalise_url
 

@@ -6,7 +6,7 @@ PUT is addressed to the batch's first machine (the API's resource URL names one 
 header, not the URL, says which machines to make. The header keeps seed 01's shape,
 ``{"vmSkus": {"value": []}, "batchMachines": [...]}``: the service reads ``batchMachines`` and
 accepts the header with or without ``vmSkus``, and the log records the header exactly as sent
-(:func:`fleetledger.domain.machine_batch.batch_put_machine_header`), so changing the shape would
+(:func:`fleetledger.domain.machines.batch_put_machine_header`), so changing the shape would
 change every recorded dispatch for nothing.
 
 The PUT is the SDK's typed ``machines.begin_create_or_update`` (azure-mgmt-containerservice
@@ -38,7 +38,7 @@ reported failed: if it exists and its ownership tags are ours, it started after 
 
 Ownership: the body's ``tags`` name the owner and the batch (:data:`OWNER_TAG`, :data:`BATCH_TAG`);
 they reach every machine of the batch. Per-machine tags travel in the header, so that is where
-each machine's request id goes (:data:`~fleetledger.domain.machine_batch.REQUEST_TAG`). A machine
+each machine's request id goes (:data:`~fleetledger.domain.machines.REQUEST_TAG`). A machine
 that exists under another owner's tags is never taken over: its request fails with
 :class:`NameInUse`.
 

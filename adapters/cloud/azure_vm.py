@@ -57,7 +57,7 @@ from azure.core.polling import LROPoller
 from azure.core.polling.base_polling import OperationFailed
 from azure.mgmt.compute import models as compute
 
-from fleetledger.domain.machine_batch import REQUEST_TAG
+from fleetledger.domain.machines import REQUEST_TAG
 from fleetledger.domain.template import MachineTemplate, template_hash
 
 from .arm import invalid_tag_keys, provisioning_status, sole_zone

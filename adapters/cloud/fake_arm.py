@@ -70,7 +70,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from azure.core.credentials import AccessToken
 
-from fleetledger.domain.machine_batch import REQUEST_TAG
+from fleetledger.domain.machines import REQUEST_TAG
 
 __all__ = ["FakeArmServer", "RecordedRequest", "StaticTokenCredential"]
 

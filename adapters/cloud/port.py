@@ -25,9 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeAlias
 
-from fleetledger.domain.machine_batch import (
-    batch_put_machine_header as domain_batch_put_machine_header,
-)
+from fleetledger.domain.machines import batch_put_machine_header as domain_batch_put_machine_header
 from fleetledger.domain.template import MachineTemplate
 
 from .errors import CloudError
@@ -60,7 +58,7 @@ class MachineSpec:
     zones: tuple[str, ...] = ()
     tags: tuple[tuple[str, str], ...] = ()
     #: The request the machine is made for; the machine carries it as its ``fleetledger-request``
-    #: tag (:data:`~fleetledger.domain.machine_batch.REQUEST_TAG`): in the ``BatchPutMachine``
+    #: tag (:data:`~fleetledger.domain.machines.REQUEST_TAG`): in the ``BatchPutMachine``
     #: header on AKS, on the VM itself on Compute.
     request_id: str | None = None
 
@@ -211,7 +209,7 @@ class CloudMachines(Protocol):
 def batch_put_machine_header(machines: Sequence[MachineSpec]) -> dict[str, object]:
     """The ``BatchPutMachine`` header object for ``machines``, every machine in order.
 
-    Built by :func:`fleetledger.domain.machine_batch.batch_put_machine_header`, the one
+    Built by :func:`fleetledger.domain.machines.batch_put_machine_header`, the one
     implementation of the shape (the coordinator records the header it sends from the same
     function): ``{"vmSkus": {"value": []}, "batchMachines": [{"machineName", "zones", "tags"},
     …]}``, absent zones ``[]`` and absent tags ``{}``, never omitted; a machine with a

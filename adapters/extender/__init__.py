@@ -1,5 +1,5 @@
 """The kube-scheduler extender: its v1 wire format (:mod:`.wire`).
 
 The decisions it answers with are pure functions of a testbed's state, in
-:mod:`fleetledger.domain.slots_extender`.
+:mod:`fleetledger.domain.testbeds.extender`.
 """

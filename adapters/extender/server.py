@@ -29,13 +29,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from fleetledger.adapters.testbeds import CommandRejected, TestbedsError, TestbedsService
-from fleetledger.domain import testbed
-from fleetledger.domain.slots_extender import (
+from fleetledger.domain.testbeds import (
     FilterDecision,
     PodToPlace,
     PreemptDecision,
     filter_pod,
     preempt_pod,
+    testbed,
 )
 
 from . import wire

@@ -26,8 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from fleetledger.domain.slots_extender import PodToPlace
-from fleetledger.domain.testbed import SLOT_IDS_ANNOTATION, TESTBED_ANNOTATION
+from fleetledger.domain.testbeds import SLOT_IDS_ANNOTATION, TESTBED_ANNOTATION, PodToPlace
 
 __all__ = [
     "ExtenderPod",
@@ -330,7 +329,7 @@ def parse_preempt_result(body: Mapping[str, object]) -> PreemptResult:
 
 def pod_to_place(pod: ExtenderPod) -> tuple[str, PodToPlace]:
     """The pod's testbed and what placing it needs, from its annotations (set on the
-    application's pod template by :func:`fleetledger.domain.batch_job.application_manifest`)."""
+    application's pod template by :func:`fleetledger.domain.testbeds.application_manifest`)."""
     testbed = pod.annotations.get(TESTBED_ANNOTATION)
     raw_ids = pod.annotations.get(SLOT_IDS_ANNOTATION)
     if not testbed or not raw_ids:

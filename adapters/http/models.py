@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from fleetledger.adapters.machines import MachineRequest
-from fleetledger.domain.grouper import (
+from fleetledger.domain.machines import (
     MACHINE_NAME_PATTERN,
     MAX_REQUEST_ID_LENGTH,
     MAX_TAG_KEY_LENGTH,

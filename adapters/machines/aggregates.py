@@ -18,9 +18,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetledger.adapters.runtime import Aggregate
-from fleetledger.domain import grouper, machine_batch
-from fleetledger.domain.grouper import GrouperCommand, GrouperConfig, GrouperEvent, GrouperState
-from fleetledger.domain.machine_batch import BatchCommand, BatchEvent, BatchState
+from fleetledger.domain.machines import (
+    BatchCommand,
+    BatchEvent,
+    BatchState,
+    GrouperCommand,
+    GrouperConfig,
+    GrouperEvent,
+    GrouperState,
+    grouper,
+)
+from fleetledger.domain.machines import batch as machine_batch
 
 from .records import BATCH_CODEC, GROUPER_CODEC
 from .streams import batch_stream_id, grouper_stream_id

@@ -2,13 +2,13 @@
 
 One batch, one stream (``vmbatch-<grouper>-<batch_id>``), opened by the service in the same append
 as the grouper's ``BatchSealed``. Executing it follows the rules of
-:mod:`fleetledger.domain.machine_batch`:
+:mod:`fleetledger.domain.machines.batch`:
 
 1. **Read before retry.** Machines dispatched earlier but without an outcome are *in doubt* (the
    process may have died mid-call): read each one and record what the read saw. Never re-create
    blindly; a machine that is not found goes back to "to dispatch".
 2. **Record the dispatch before the call.** ``RecordDispatch`` (with the exact ``BatchPutMachine``
-   header, built by :func:`fleetledger.domain.machine_batch.encode_batch_put_machine_header` from
+   header, built by :func:`fleetledger.domain.machines.encode_batch_put_machine_header` from
    ``machines_to_dispatch``; ``header=None`` for per-machine PUT adapters) is appended first, then
    ``create_batch`` is called once for the whole batch.
 3. **Results per machine.** Created and failed machines are recorded (failed leftovers the
@@ -68,8 +68,7 @@ from fleetledger.adapters.runtime import (
     TaskRunner,
     Writer,
 )
-from fleetledger.domain import machine_batch
-from fleetledger.domain.machine_batch import (
+from fleetledger.domain.machines import (
     ERROR_CODES,
     BatchCommand,
     BatchCompleted,
@@ -89,6 +88,7 @@ from fleetledger.domain.machine_batch import (
     resume_token,
     unresolved_machines,
 )
+from fleetledger.domain.machines import batch as machine_batch
 from fleetledger.eventstore import EventStore, StoreUnavailable
 
 from .aggregates import batch_aggregate

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from fleetledger.domain.machine_batch import BatchState, MachineCreated, MachineError, MachineFailed
+from fleetledger.domain.machines import BatchState, MachineCreated, MachineError, MachineFailed
 
 __all__ = ["MachineOutcome", "OutcomeStatus", "outcomes_of"]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fleetledger.adapters.runtime.codec import EventCodec, event_id, events_of
-from fleetledger.domain import grouper, machine_batch
+from fleetledger.domain.machines import batch as machine_batch
+from fleetledger.domain.machines import grouper
 from fleetledger.eventstore import NewEvent, RecordedEvent
 
 __all__ = [

@@ -46,8 +46,7 @@ from fleetledger.adapters.runtime import (
 )
 from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
-from fleetledger.domain.grouper import GrouperConfig
-from fleetledger.domain.machine_batch import DEFAULT_MAX_ATTEMPTS
+from fleetledger.domain.machines import DEFAULT_MAX_ATTEMPTS, GrouperConfig
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.machine_requests import REQUEST_EVENT_TYPES, MachineRequestsProjection
 

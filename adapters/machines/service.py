@@ -41,25 +41,23 @@ from fleetledger.adapters.runtime import (
     Writer,
     opening_append,
 )
-from fleetledger.domain import grouper
 from fleetledger.domain.errors import InvalidCommand
-from fleetledger.domain.grouper import (
+from fleetledger.domain.machines import (
+    DEFAULT_MAX_ATTEMPTS,
     BatchSealed,
     GrouperCommand,
     GrouperConfig,
     GrouperEvent,
     GrouperState,
+    MachineCreated,
+    MachineFailed,
+    OpenBatch,
     RecordBatchOutcomes,
     RequestMachine,
     RequestStatus,
     Shutdown,
     Tick,
-)
-from fleetledger.domain.machine_batch import (
-    DEFAULT_MAX_ATTEMPTS,
-    MachineCreated,
-    MachineFailed,
-    OpenBatch,
+    grouper,
 )
 from fleetledger.eventstore import EventStore, NewEvent, StreamAppend
 

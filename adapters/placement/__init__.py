@@ -9,6 +9,7 @@ machine requests; :class:`PlacementRuntime` runs them and rebuilds them from the
 
 from __future__ import annotations
 
+from .capacity import reservation, worker_of
 from .collector import Collector
 from .errors import (
     InvalidWorkload,
@@ -43,4 +44,6 @@ __all__ = [
     "WorkloadState",
     "WorkloadStatus",
     "pool_by_prefix",
+    "reservation",
+    "worker_of",
 ]

@@ -8,7 +8,7 @@ state's version as the expected version. All touched nodes go in one ``append_ma
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from fleetledger.adapters.nodes import NODE_CODEC
@@ -30,7 +30,7 @@ class NodeBatch:
     commands: list[ReservePod] = field(default_factory=list)
     _decided: tuple[list[NodeEvent], list[str], NodeState] | None = None
 
-    def extend(self, commands: Sequence[ReservePod]) -> None:
+    def extend(self, commands: Iterable[ReservePod]) -> None:
         self.commands.extend(commands)
         self._decided = None
 

@@ -29,8 +29,7 @@ from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.nodes import NodeService
 from fleetledger.adapters.runtime import NoFencing, RetryPolicy, Writer
 from fleetledger.adapters.runtime.leadership import Leadership
-from fleetledger.domain.placement import Pool, WorkerStatus, WorkloadRequest
-from fleetledger.domain.placement_pools import check_request
+from fleetledger.domain.placement import Pool, WorkerStatus, WorkloadRequest, check_request
 from fleetledger.eventstore import EventStore
 
 from .collector import Collector

@@ -19,7 +19,7 @@
    before anything else.
 
 Nothing acknowledged lives only in memory. Every workload has a ``workload-<id>`` stream
-(:mod:`fleetledger.domain.workloads`):
+(:mod:`fleetledger.domain.placement.workloads`):
 
 * :meth:`PlacementService.accept` appends one ``WorkloadSubmitted`` per new workload, all of a
   submission in one ``append_many``, before the caller is answered. The same request sent again
@@ -69,28 +69,26 @@ from fleetledger.adapters.machines import MachineRequest
 from fleetledger.adapters.nodes import NodeService, node_of_stream
 from fleetledger.adapters.runtime import LogUnavailable as HostUnavailable
 from fleetledger.adapters.runtime import RetryPolicy, Writer, append_decision
-from fleetledger.domain import nodes, workloads
+from fleetledger.domain import nodes
 from fleetledger.domain.errors import Rejected
 from fleetledger.domain.nodes import DeletePod, NodeState
 from fleetledger.domain.placement import (
     PendingWorker,
     PlacementPlan,
     Pool,
-    Snapshot,
-    Worker,
-    WorkerStatus,
-    WorkloadRequest,
-    plan,
-    worker_of,
-)
-from fleetledger.domain.workloads import (
     RecordPlacement,
     RecordRejection,
     RecordWaiting,
     ReleaseWorkload,
+    Snapshot,
     SubmitWorkload,
+    Worker,
+    WorkerStatus,
     Workload,
     WorkloadCommand,
+    WorkloadRequest,
+    plan,
+    workloads,
 )
 from fleetledger.eventstore import (
     AppendResult,
@@ -102,6 +100,7 @@ from fleetledger.eventstore import (
     WrongExpectedVersion,
 )
 
+from .capacity import reservation, worker_of
 from .commit import NodeBatch, node_append, node_appends
 from .errors import (
     InvalidWorkload,
@@ -594,12 +593,12 @@ class PlacementService:
         ids = {r.id for r in requests}
         batch = [r for r in joined if r.id not in ids] + requests
         snapshot, bases = self.snapshot()
-        first = plan(batch, snapshot, self._pools, at=at)
+        first = plan(batch, snapshot, self._pools)
         with self._lock:
             run = _Run(at=at, by_id={r.id: r for r in batch}, result=first, book=self._waiting)
             self._waiting = self._waiting.copy()
             run.placed.update(first.placed)
-            self._absorb(first, bases, run.touched)
+            self._absorb(first, bases, run.touched, at=at)
             self._planned(run, first, snapshot.pending)
             # A joined worker's waiting workloads were just planned (on it first): they have
             # this batch's outcomes now, and its capacity is in the snapshot like any node's.
@@ -741,9 +740,9 @@ class PlacementService:
                 for w in snapshot.workers
             ),
         )
-        again = plan(moved, snapshot, self._pools, at=run.at)
+        again = plan(moved, snapshot, self._pools)
         run.placed.update(again.placed)
-        self._absorb(again, fresh, run.touched)
+        self._absorb(again, fresh, run.touched, at=run.at)
         with self._lock:
             self._planned(run, again, snapshot.pending)
             self._waiting.record(again, self._requests)
@@ -764,13 +763,15 @@ class PlacementService:
         result: PlacementPlan,
         bases: Mapping[str, NodeBatch],
         touched: dict[str, NodeBatch],
+        *,
+        at: datetime,
     ) -> None:
-        for node, commands in result.reservations.items():
+        for node, placed in result.reservations.items():
             base = touched.get(node)
             if base is None:
                 source = bases[node]
                 base = touched[node] = NodeBatch(source.state, source.version)
-            base.extend(commands)
+            base.extend(reservation(request, at=at) for request in placed)
 
     def _committed(self, touched: Mapping[str, NodeBatch], placed: Mapping[str, str]) -> None:
         with self._lock:

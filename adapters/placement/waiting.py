@@ -10,8 +10,13 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
-from fleetledger.domain.placement import PendingWorker, PlacementPlan, Pool, WorkloadRequest
-from fleetledger.domain.placement_pools import worker_room
+from fleetledger.domain.placement import (
+    PendingWorker,
+    PlacementPlan,
+    Pool,
+    WorkloadRequest,
+    worker_room,
+)
 
 __all__ = ["WaitingBook"]
 

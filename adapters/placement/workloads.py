@@ -1,11 +1,11 @@
 """Workload streams in the log: their codec, the appends that record them, and the read-back.
 
 Each workload submitted for placement has a ``workload-<id>`` stream
-(:mod:`fleetledger.domain.workloads`). The placement service decides on the folded streams it
-keeps in a :class:`WorkloadLedger` and appends what they decide with the stream's version as the
-expected version, together with whatever else the same step writes (a batch's node reservations,
-a release's ``PodDeleted``), so each step is one transaction. :func:`read_workloads` folds every
-workload stream from the log for a restart.
+(:mod:`fleetledger.domain.placement.workloads`). The placement service decides on the folded
+streams it keeps in a :class:`WorkloadLedger` and appends what they decide with the stream's
+version as the expected version, together with whatever else the same step writes (a batch's
+node reservations, a release's ``PodDeleted``), so each step is one transaction.
+:func:`read_workloads` folds every workload stream from the log for a restart.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fleetledger.adapters.runtime import EventCodec, Writer, events_of
-from fleetledger.domain import workloads
-from fleetledger.domain.workloads import Workload, WorkloadCommand, WorkloadEvent
+from fleetledger.domain.placement import Workload, WorkloadCommand, WorkloadEvent, workloads
 from fleetledger.eventstore import EventStore, RecordedEvent, StreamAppend
 
 __all__ = [

@@ -42,7 +42,7 @@ from random import Random
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.machines import MachineRequest
 from fleetledger.adapters.nodes import DEFAULT_NODE_CONFIG, NodeService
-from fleetledger.adapters.placement import BatchReport, PlacementRuntime
+from fleetledger.adapters.placement import BatchReport, PlacementRuntime, reservation
 from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.domain.nodes import (
     DeletePod,
@@ -52,7 +52,7 @@ from fleetledger.domain.nodes import (
     ReservePod,
     other_reserved,
 )
-from fleetledger.domain.placement import Pool, WorkloadRequest, reservation
+from fleetledger.domain.placement import Pool, WorkloadRequest
 from fleetledger.domain.template import MachineTemplate
 from fleetledger.eventstore import EventStore
 

@@ -18,7 +18,7 @@ from random import Random
 
 from fleetledger.adapters.cloud import FakeCloud
 from fleetledger.adapters.machines import MachineRequest
-from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.domain.machines import GrouperConfig
 
 __all__ = [
     "DEFAULT_CONFIG",

@@ -2,7 +2,7 @@
 
 Seed 03 predicts that the naive policy — batch ``B0`` until the subnet is 90 % allocated, then 1
 until it is below 50 % — flips for ever on a /22 with 28 or more nodes; the seed's own formula,
-fed the utilization its last batch caused, cycles too (:mod:`fleetledger.domain.ipam_sizing`).
+fed the utilization its last batch caused, cycles too (:mod:`fleetledger.domain.ipam.sizing`).
 This scenario runs the same pods through three controllers and counts what each does:
 
 ``naive``

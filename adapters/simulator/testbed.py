@@ -38,7 +38,7 @@ from fleetledger.adapters.extender.server import create_extender_app
 from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.adapters.testbeds import GHOST_LABEL, FakeApplications, TestbedsRuntime
 from fleetledger.adapters.testbeds.aggregates import TESTBED
-from fleetledger.domain import batch_job, testbed
+from fleetledger.domain.testbeds import batch_job, testbed
 from fleetledger.eventstore import EventStore
 
 from .report import percentile

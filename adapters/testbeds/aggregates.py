@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from fleetledger.adapters.runtime import Aggregate, EventCodec, events_of
-from fleetledger.domain import batch_job, scheduling, testbed
-from fleetledger.domain.batch_job import JobCommand, JobEvent, JobState
-from fleetledger.domain.scheduling import SchedulingCommand, SchedulingEvent, SchedulingState
-from fleetledger.domain.testbed import TestbedCommand, TestbedEvent, TestbedState
+from fleetledger.domain.testbeds import (
+    JobCommand,
+    JobEvent,
+    JobState,
+    SchedulingCommand,
+    SchedulingEvent,
+    SchedulingState,
+    TestbedCommand,
+    TestbedEvent,
+    TestbedState,
+    batch_job,
+    scheduling,
+    testbed,
+)
 
 __all__ = ["BATCH_JOB", "SCHEDULING", "TESTBED"]
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from fleetledger.adapters.cluster import FakeCluster, PodSpec, UnknownPod
-from fleetledger.domain.batch_job import ApplicationPhase
+from fleetledger.domain.testbeds import ApplicationPhase
 
 __all__ = ["APPLICATION_LABEL", "Applications", "FakeApplications"]
 

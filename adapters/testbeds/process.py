@@ -29,8 +29,8 @@ from datetime import datetime
 
 import structlog
 
-from fleetledger.domain import batch_job, scheduling, testbed
 from fleetledger.domain.errors import Rejected
+from fleetledger.domain.testbeds import batch_job, scheduling, testbed
 
 from .applications import Applications
 from .errors import CommandRejected

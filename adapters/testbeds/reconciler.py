@@ -5,7 +5,7 @@ One pass for a testbed (:meth:`GhostPodReconciler.reconcile`):
 1. list the nodes carrying the testbed's label and the testbed's pods — its ghost pods (by the
    :data:`GHOST_LABEL`) and the job pods annotated with its name — and decide ``ObserveCluster``
    (nothing is appended when nothing changed);
-2. apply :func:`fleetledger.domain.testbed.reconcile` of the new state through the
+2. apply :func:`fleetledger.domain.testbeds.reconcile` of the new state through the
    :class:`~fleetledger.adapters.cluster.ClusterGateway`: delete the undesired ghost pods, then
    create the missing ones. A pod already created (or already gone) is skipped, so a pass repeated
    after a crash, or run twice, changes nothing more;
@@ -22,8 +22,7 @@ import threading
 import structlog
 
 from fleetledger.adapters.cluster import ClusterGateway, NoRoom, Pod, PodExists, PodSpec, UnknownPod
-from fleetledger.domain import testbed
-from fleetledger.domain.testbed import TESTBED_ANNOTATION
+from fleetledger.domain.testbeds import TESTBED_ANNOTATION, testbed
 
 from .service import TestbedsService
 

@@ -29,17 +29,23 @@ from fleetledger.adapters.runtime import (
     Writer,
     append_decision,
 )
-from fleetledger.domain import batch_job, scheduling, testbed
-from fleetledger.domain.batch_job import JobCommand, JobEvent, JobState
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.scheduling import (
+from fleetledger.domain.testbeds import (
+    JobCommand,
+    JobEvent,
+    JobState,
     Mode,
     SchedulingCommand,
     SchedulingEvent,
     SchedulingState,
     SlotItem,
+    TestbedCommand,
+    TestbedEvent,
+    TestbedState,
+    batch_job,
+    scheduling,
+    testbed,
 )
-from fleetledger.domain.testbed import TestbedCommand, TestbedEvent, TestbedState
 from fleetledger.eventstore import EventStore, Fenced, StreamAppend, WrongExpectedVersion
 
 from .aggregates import BATCH_JOB, SCHEDULING, TESTBED

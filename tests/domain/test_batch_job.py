@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetledger.domain import batch_job as bj
 from fleetledger.domain.codec import from_data, to_data
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.testbed import SLOT_IDS_ANNOTATION, TESTBED_ANNOTATION
+from fleetledger.domain.testbeds import SLOT_IDS_ANNOTATION, TESTBED_ANNOTATION
+from fleetledger.domain.testbeds import batch_job as bj
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 REQUEST = bj.ApplicationRequest("bed", (0, 2), ("n1",), 1000, 2048, "batch-high", "fleetledger")

@@ -23,8 +23,7 @@ from fleetledger.domain.codec import (
     registered_event_types,
     to_data,
 )
-from fleetledger.domain.grouper import BatchMachine, BatchSealed, MachineRequested
-from fleetledger.domain.machine_batch import MachineFailed
+from fleetledger.domain.machines import BatchMachine, BatchSealed, MachineFailed, MachineRequested
 from fleetledger.domain.template import MachineTemplate, template_hash
 
 T0 = datetime(2025, 1, 1, 12, 30, 15, 123456, tzinfo=UTC)

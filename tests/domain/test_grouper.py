@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetledger.domain import grouper
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.grouper import (
+from fleetledger.domain.machines import grouper
+from fleetledger.domain.machines.grouper import (
     BatchMachine,
     BatchOutcomesRecorded,
     BatchSealed,

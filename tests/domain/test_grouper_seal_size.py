@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from fleetledger.domain.codec import to_data
 from fleetledger.domain.errors import InvalidCommand
-from fleetledger.domain.grouper import (
+from fleetledger.domain.machines import (
+    BatchDispatched,
+    BatchOpened,
+    encode_batch_put_machine_header,
+)
+from fleetledger.domain.machines.grouper import (
     BatchMachine,
     BatchSealed,
     GrouperConfig,
@@ -30,11 +35,6 @@ from fleetledger.domain.grouper import (
     pending_batches,
     request_status,
     seal_size,
-)
-from fleetledger.domain.machine_batch import (
-    BatchDispatched,
-    BatchOpened,
-    encode_batch_put_machine_header,
 )
 from fleetledger.domain.template import MachineTemplate, template_hash
 

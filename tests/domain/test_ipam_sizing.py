@@ -9,9 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fleetledger.domain import ipam_sizing
 from fleetledger.domain.errors import InvalidCommand
-from fleetledger.domain.ipam_sizing import (
+from fleetledger.domain.ipam import (
     batch_ceiling,
     batch_size,
     next_exhausted,
@@ -20,6 +19,7 @@ from fleetledger.domain.ipam_sizing import (
     subnet_batch_size,
     subnet_floor,
 )
+from fleetledger.domain.ipam import sizing as ipam_sizing
 
 capacities = st.integers(min_value=1, max_value=1 << 20)
 demand_lists = st.lists(st.integers(min_value=0, max_value=600), max_size=120)

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetledger.domain import machine_batch
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.grouper import BatchMachine, BatchSealed
-from fleetledger.domain.machine_batch import (
+from fleetledger.domain.machines import BatchMachine, BatchSealed
+from fleetledger.domain.machines import batch as machine_batch
+from fleetledger.domain.machines.batch import (
     REQUEST_TAG,
     BatchCommand,
     BatchCompleted,

@@ -6,19 +6,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from fleetledger.domain import placement
-from fleetledger.domain.nodes import (
-    ComputeUnit,
-    ContainerResources,
-    JoinNode,
-    NodeConfig,
-    NodeState,
-    OtherPodSpec,
-    ReservePod,
-    decide,
-    evolve,
-    initial_state,
-)
 from fleetledger.domain.placement import (
     PendingWorker,
     Pool,
@@ -26,8 +13,6 @@ from fleetledger.domain.placement import (
     Worker,
     WorkloadRequest,
     plan,
-    reservation,
-    worker_of,
 )
 from fleetledger.domain.template import MachineTemplate
 
@@ -62,30 +47,6 @@ def worker(name: str, pool_name: str = "cpu", **overrides: object) -> Worker:
 
 def request(rid: str, cpu: int = 1000, memory: int = GIB, **overrides: object) -> WorkloadRequest:
     return WorkloadRequest(id=rid, cpu_milli=cpu, memory_bytes=memory, **overrides)  # type: ignore[arg-type]
-
-
-def test_public_surface() -> None:
-    """The module exports exactly its documented surface."""
-    assert sorted(placement.__all__) == sorted(
-        [
-            "WORKER_STATUSES",
-            "NewWorker",
-            "PendingWorker",
-            "PlacementPlan",
-            "Pool",
-            "Snapshot",
-            "Worker",
-            "WorkerStatus",
-            "WorkloadRequest",
-            "eligible",
-            "holds",
-            "never_fits",
-            "plan",
-            "pool_order",
-            "reservation",
-            "worker_of",
-        ]
-    )
 
 
 class TestFilters:
@@ -209,7 +170,7 @@ class TestFilters:
         self, req: WorkloadRequest, pools: list[Pool], workers: list[Worker], expected: str
     ) -> None:
         """Each filter and score of the issue decides where one request lands."""
-        result = plan([req], Snapshot(workers=tuple(workers)), pools, at=AT)
+        result = plan([req], Snapshot(workers=tuple(workers)), pools)
         assert result.placed == {req.id: expected}
         assert result.versions == {expected: 3}
 
@@ -219,7 +180,7 @@ class TestOrder:
         """Higher priority requests are planned first; equal priorities keep their arrival."""
         reqs = [request("low", 3000), request("high", 3000, priority=5), request("late", 3000)]
         workers = (worker("w1"), worker("w2"))
-        result = plan(reqs, Snapshot(workers=workers), [pool()], at=AT)
+        result = plan(reqs, Snapshot(workers=workers), [pool()])
         assert set(result.placed) == {"high", "low"}
         assert set(result.waiting) | {w for n in result.provisions for w in n.request_ids} == {
             "late"
@@ -229,10 +190,10 @@ class TestOrder:
         """Among equally tight workers the choice depends on the request id alone."""
         workers = tuple(worker(f"w{i}") for i in range(8))
         reqs = [request(f"r{i}", 4000) for i in range(8)]
-        forward = plan(reqs, Snapshot(workers=workers), [pool()], at=AT)
-        backward = plan(reqs, Snapshot(workers=workers[::-1]), [pool()], at=AT)
+        forward = plan(reqs, Snapshot(workers=workers), [pool()])
+        backward = plan(reqs, Snapshot(workers=workers[::-1]), [pool()])
         assert forward == backward
-        single = {r.id: plan([r], Snapshot(workers=workers), [pool()], at=AT).placed for r in reqs}
+        single = {r.id: plan([r], Snapshot(workers=workers), [pool()]).placed for r in reqs}
         assert len({p[r] for r, p in single.items()}) > 1  # equal workers share the load
 
     def test_joined_worker_takes_its_waiting_requests_first(self) -> None:
@@ -248,66 +209,9 @@ class TestOrder:
         )
         snapshot = Snapshot(workers=(worker("w-new"),), pending=(pending,))
         reqs = [request("urgent", 4000, priority=9), request("waited", 4000)]
-        result = plan(reqs, snapshot, [pool()], at=AT)
+        result = plan(reqs, snapshot, [pool()])
         assert result.placed == {"waited": "w-new"}
         assert "urgent" in {r for n in result.provisions for r in n.request_ids}
-
-
-class TestCommit:
-    def test_reservations_are_node_commands(self) -> None:
-        """Each placement is the node's ReservePod of a non-VM pod requesting the workload."""
-        result = plan(
-            [request("a", 1500, 3 * GIB, gpu=0)], Snapshot(workers=(worker("w1"),)), [pool()], at=AT
-        )
-        container = ContainerResources(cpu_request_milli=1500, memory_request_bytes=3 * GIB)
-        assert result.reservations == {
-            "w1": (ReservePod(OtherPodSpec(name="a", containers=(container,)), at=AT),)
-        }
-
-    def test_worker_room_counts_the_node_rounding(self) -> None:
-        """The room is what the raw sums may grow by while their rounded-up totals still fit:
-        two 300 milli-CPU workloads share one rounded CPU."""
-        state = joined_node()
-        for event in decide(state, reservation(request("a", 300, GIB // 2, gpu=1), at=AT)):
-            state = evolve(state, event)
-        assert worker_of(state, version=2, pool="gpu") == Worker(
-            name="n1",
-            pool="gpu",
-            version=2,
-            free_cpu_milli=3000 - 300,
-            free_memory_bytes=15 * GIB - GIB // 2,
-            free_gpu=1,
-        )
-
-    def test_the_node_accepts_everything_the_room_allows(self) -> None:
-        """Filling a worker's room exactly with odd sizes is accepted by the node, command by
-        command: the planner never asks a node for more than it grants."""
-        state = joined_node()
-        sizes = [(700, GIB // 3), (1100, GIB // 3), (1200, 7 * GIB), (0, 7 * GIB + GIB // 3)]
-        reqs = [request(f"r{i}", cpu, memory) for i, (cpu, memory) in enumerate(sizes)]
-        room = worker_of(state, version=1, pool="cpu")
-        assert (room.free_cpu_milli, room.free_memory_bytes) == (3000, 15 * GIB)
-        result = plan(reqs, Snapshot(workers=(room,)), [pool()], at=AT)
-        assert set(result.placed) == {r.id for r in reqs}
-        for command in result.reservations["n1"]:
-            for event in decide(state, command):
-                state = evolve(state, event)
-        assert worker_of(state, version=5, pool="cpu").free_cpu_milli == 0
-
-
-def joined_node() -> NodeState:
-    config = NodeConfig(
-        cpu_system_milli=500,
-        memory_system_slots=1,
-        cpu_watermark=0.9,
-        memory_watermark=0.9,
-        compute_unit=ComputeUnit(250, 1),
-        memory_slot_bytes=GIB,
-    )
-    state = initial_state()
-    for event in decide(state, JoinNode("n1", 3600, 16 * GIB, 2, config, at=AT)):
-        state = evolve(state, event)
-    return state
 
 
 class TestOverflow:
@@ -323,7 +227,7 @@ class TestOverflow:
     def test_new_workers_are_the_minimum(self, sizes: list[int], minimum: int) -> None:
         """Overflow asks for the bin-packing minimum of new workers for known bursts."""
         reqs = [request(f"r{i}", cpu, GIB) for i, cpu in enumerate(sizes)]
-        result = plan(reqs, Snapshot(), [pool()], at=AT)
+        result = plan(reqs, Snapshot(), [pool()])
         assert len(result.provisions) == minimum
         assert sorted(r for n in result.provisions for r in n.request_ids) == sorted(
             r.id for r in reqs
@@ -341,15 +245,15 @@ class TestOverflow:
             free_gpu=0,
         )
         reqs = [request("a", 1000), request("b", 1000), request("c", 1000)]
-        result = plan(reqs, Snapshot(pending=(pending,)), [pool()], at=AT)
+        result = plan(reqs, Snapshot(pending=(pending,)), [pool()])
         assert result.waiting == {"a": "w-coming", "b": "w-coming"}
         assert [n.request_ids for n in result.provisions] == [("c",)]
 
     def test_new_worker_names_are_stable(self) -> None:
         """Planning the same overflow twice names the same machines."""
         reqs = [request(f"r{i}", 3000) for i in range(3)]
-        first = plan(reqs, Snapshot(), [pool()], at=AT)
-        again = plan(reqs, Snapshot(), [pool()], at=AT)
+        first = plan(reqs, Snapshot(), [pool()])
+        again = plan(reqs, Snapshot(), [pool()])
         assert [n.name for n in first.provisions] == [n.name for n in again.provisions]
         assert len({n.name for n in first.provisions}) == 3
 
@@ -357,13 +261,13 @@ class TestOverflow:
 class TestRejected:
     def test_too_large_for_every_pool(self) -> None:
         """A request larger than any worker of its pools is rejected at once, saying so."""
-        result = plan([request("huge", 64000)], Snapshot(), [pool()], at=AT)
+        result = plan([request("huge", 64000)], Snapshot(), [pool()])
         assert result.provisions == ()
         assert "more than any worker of its pools can hold" in result.rejected["huge"]
 
     def test_no_pool_accepts(self) -> None:
         """A gpu request with no gpu pool is rejected naming what it wants."""
-        result = plan([request("g", gpu=1, gpu_types=("h100",))], Snapshot(), [pool()], at=AT)
+        result = plan([request("g", gpu=1, gpu_types=("h100",))], Snapshot(), [pool()])
         assert "no available pool accepts it" in result.rejected["g"]
         assert "h100" in result.rejected["g"]
 
@@ -377,14 +281,14 @@ class TestRejected:
     )
     def test_malformed(self, bad: WorkloadRequest, words: str) -> None:
         """A malformed request is rejected with what to fix; the rest of the batch goes on."""
-        result = plan([bad, request("ok")], Snapshot(workers=(worker("w1"),)), [pool()], at=AT)
+        result = plan([bad, request("ok")], Snapshot(workers=(worker("w1"),)), [pool()])
         assert words in result.rejected[bad.id]
         assert result.placed == {"ok": "w1"}
 
     def test_duplicate_in_batch(self) -> None:
         """An id sent twice in one batch is one workload: placed once, never rejected."""
         reqs = [request("a"), request("a")]
-        result = plan(reqs, Snapshot(workers=(worker("w1"),)), [pool()], at=AT)
+        result = plan(reqs, Snapshot(workers=(worker("w1"),)), [pool()])
         assert result.placed == {"a": "w1"}
-        assert result.reservations["w1"] == (reservation(reqs[0], at=AT),)
+        assert result.reservations["w1"] == (reqs[0],)
         assert result.rejected == {}

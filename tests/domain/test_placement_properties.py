@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fleetledger.adapters.placement import reservation, worker_of
 from fleetledger.domain.errors import Rejected
 from fleetledger.domain.nodes import (
     Bounds,
@@ -33,9 +34,8 @@ from fleetledger.domain.placement import (
     WorkloadRequest,
     eligible,
     plan,
-    worker_of,
+    worker_room,
 )
-from fleetledger.domain.placement_pools import worker_room
 from fleetledger.domain.template import MachineTemplate
 
 AT = datetime(2025, 1, 1, tzinfo=UTC)
@@ -176,16 +176,14 @@ class TestInvariants:
     ) -> None:
         """No worker, pending worker or new worker is given more than it has: no capacity goes
         negative, nothing is double-booked inside a batch."""
-        result = plan(rs, Snapshot(workers=ws, pending=ps), POOLS, at=AT)
+        result = plan(rs, Snapshot(workers=ws, pending=ps), POOLS)
         by_id = {r.id: r for r in reversed(rs)}
         for w in ws:
-            specs = [c.spec for c in result.reservations.get(w.name, ())]
-            assert all(isinstance(spec, OtherPodSpec) for spec in specs)
-            asks = [c for spec in specs if isinstance(spec, OtherPodSpec) for c in spec.containers]
-            assert sum(c.cpu_request_milli or 0 for c in asks) <= w.free_cpu_milli
-            assert sum(c.memory_request_bytes or 0 for c in asks) <= w.free_memory_bytes
-            assert sum(c.gpu for c in asks) <= w.free_gpu
-            assert len({spec.name for spec in specs}) == len(specs)
+            placed = result.reservations.get(w.name, ())
+            assert sum(r.cpu_milli for r in placed) <= w.free_cpu_milli
+            assert sum(r.memory_bytes for r in placed) <= w.free_memory_bytes
+            assert sum(r.gpu for r in placed) <= w.free_gpu
+            assert len({r.id for r in placed}) == len(placed)
         for p in ps:
             mine = [by_id[r] for r, name in result.waiting.items() if name == p.name]
             assert sum(r.cpu_milli for r in mine) <= p.free_cpu_milli
@@ -203,7 +201,7 @@ class TestInvariants:
         self, ws: tuple[Worker, ...], ps: tuple[PendingWorker, ...], rs: list[WorkloadRequest]
     ) -> None:
         """Each distinct request has exactly one outcome, and lands only where its filters allow."""
-        result = plan(rs, Snapshot(workers=ws, pending=ps), POOLS, at=AT)
+        result = plan(rs, Snapshot(workers=ws, pending=ps), POOLS)
         outcomes = _outcomes(result)
         assert sorted(outcomes) == sorted({r.id for r in rs})
         by_id = {r.id: r for r in reversed(rs)}
@@ -230,8 +228,8 @@ class TestInvariants:
         """The same batch on the same capacity plans the same, however the snapshot is listed."""
         shuffled = list(ws)
         rnd.shuffle(shuffled)  # type: ignore[attr-defined]
-        first = plan(rs, Snapshot(workers=ws, pending=ps), POOLS, at=AT)
-        again = plan(rs, Snapshot(workers=tuple(shuffled), pending=ps[::-1]), POOLS, at=AT)
+        first = plan(rs, Snapshot(workers=ws, pending=ps), POOLS)
+        again = plan(rs, Snapshot(workers=tuple(shuffled), pending=ps[::-1]), POOLS)
         assert first == again
 
 
@@ -307,11 +305,12 @@ class TestAgainstTheNodeAggregate:
         makes on the room worker_of reads: capacity never goes negative."""
         cpu_only = [replace(r, gpu=0, gpu_types=(), selector=None) for r in rs]
         workers = tuple(worker_of(s, version=1, pool="cpu") for s in states)
-        result = plan(cpu_only, Snapshot(workers=workers), POOLS, at=AT)
+        result = plan(cpu_only, Snapshot(workers=workers), POOLS)
         by_name = {s.name: s for s in states}
-        for node, commands in result.reservations.items():
+        for node, placed in result.reservations.items():
             state = by_name[node]
-            for command in commands:
-                for event in decide(state, command):  # raises Unschedulable if overbooked
+            for workload in placed:
+                # decide raises Unschedulable if the node is overbooked
+                for event in decide(state, reservation(workload, at=AT)):
                     state = evolve(state, event)
             assert state.cpu.reserved <= max(state.cpu.reservable, by_name[node].cpu.reserved)

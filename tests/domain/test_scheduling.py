@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetledger.domain import batch_job as bj
-from fleetledger.domain import scheduling as sc
-from fleetledger.domain import testbed as tb
 from fleetledger.domain.codec import from_data, to_data
 from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.testbeds import batch_job as bj
+from fleetledger.domain.testbeds import scheduling as sc
+from fleetledger.domain.testbeds import testbed as tb
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 KNOWN_QUEUE = ("j2", "j1", "j1", "j2", "j1", "j2", "j1", "j2")

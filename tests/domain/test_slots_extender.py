@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from fleetledger.domain import slots_extender as ext
-from fleetledger.domain import testbed as tb
+from fleetledger.domain.testbeds import extender as ext
+from fleetledger.domain.testbeds import testbed as tb
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 NODES = ("n1", "n2")

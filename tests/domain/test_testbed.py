@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetledger.domain import testbed as tb
 from fleetledger.domain.codec import from_data, to_data
 from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.testbeds import testbed as tb
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 CPU, MEM = 1000, 2048

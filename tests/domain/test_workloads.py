@@ -8,11 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetledger.domain import workloads
 from fleetledger.domain.errors import Rejected
-from fleetledger.domain.placement import Pool, WorkloadRequest
-from fleetledger.domain.template import MachineTemplate
-from fleetledger.domain.workloads import (
+from fleetledger.domain.placement import (
+    Pool,
     RecordPlacement,
     RecordRejection,
     RecordWaiting,
@@ -23,9 +21,12 @@ from fleetledger.domain.workloads import (
     WorkloadPlaced,
     WorkloadRejected,
     WorkloadReleased,
+    WorkloadRequest,
     WorkloadSubmitted,
     WorkloadWaiting,
+    workloads,
 )
+from fleetledger.domain.template import MachineTemplate
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 GIB = 1 << 30

@@ -32,7 +32,7 @@ from fleetledger.adapters.cloud.aks import (
     AksMachinesCloud,
 )
 from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
-from fleetledger.domain.machine_batch import REQUEST_TAG
+from fleetledger.domain.machines import REQUEST_TAG
 
 from .support import EPOCH, SUBSCRIPTION, TEMPLATE, batch
 

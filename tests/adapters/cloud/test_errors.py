@@ -21,7 +21,7 @@ from fleetledger.adapters.cloud import (
     from_azure_error,
 )
 from fleetledger.adapters.cloud.errors import retry_after_seconds
-from fleetledger.domain.machine_batch import ERROR_CODES
+from fleetledger.domain.machines import ERROR_CODES
 
 
 class TestTree:

@@ -17,8 +17,8 @@ from fleetledger.adapters.cloud import (
     batch_put_machine_header,
     encode_batch_put_machine_header,
 )
-from fleetledger.domain import machine_batch
-from fleetledger.domain.grouper import BatchMachine
+from fleetledger.domain.machines import BatchMachine
+from fleetledger.domain.machines import batch as machine_batch
 
 from .support import TEMPLATE, batch
 

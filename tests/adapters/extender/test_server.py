@@ -8,7 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fleetledger.adapters.extender.server import create_extender_app
-from fleetledger.domain import testbed
+from fleetledger.domain.testbeds import testbed
 from fleetledger.eventstore import EventStore
 from tests.adapters.testbeds.support import BED, World, world
 

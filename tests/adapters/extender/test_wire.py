@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fleetledger.adapters.extender import wire
-from fleetledger.domain.slots_extender import PodToPlace
+from fleetledger.domain.testbeds import PodToPlace
 
 POD_JSON = """
 {"metadata": {"name": "j1-exec-1", "namespace": "jobs", "uid": "pod-uid-1",

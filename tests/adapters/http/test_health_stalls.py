@@ -18,7 +18,7 @@ from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cloud import FakeCloud
 from fleetledger.adapters.http import create_app
 from fleetledger.adapters.machines import MachineRequest, MachinesRuntime
-from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.domain.machines import GrouperConfig
 from fleetledger.domain.template import MachineTemplate
 from fleetledger.eventstore import EventStore, open_store
 

@@ -29,7 +29,7 @@ from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.cloud import FakeCloud
 from fleetledger.adapters.http import create_app
 from fleetledger.adapters.machines import MachinesRuntime
-from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.domain.machines import GrouperConfig
 from fleetledger.eventstore import EventStore, open_store
 
 TOKEN = "schemathesis-token-0123456789"

@@ -22,7 +22,7 @@ from fleetledger.adapters.cloud import (
     ProgressCallback,
 )
 from fleetledger.adapters.machines import MachineRequest, MachinesRuntime
-from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.domain.machines import GrouperConfig
 from fleetledger.domain.template import MachineTemplate
 from fleetledger.eventstore import EventStore
 

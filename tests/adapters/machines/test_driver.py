@@ -8,7 +8,7 @@ from datetime import timedelta
 from fleetledger.adapters.clock import ManualClock, SystemClock
 from fleetledger.adapters.cloud import FakeCloud
 from fleetledger.adapters.machines import MachinesRuntime
-from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.domain.machines import GrouperConfig
 from fleetledger.eventstore import EventStore, open_store
 
 from .support import CONFIG, EPOCH, manual_runtime, request

@@ -24,7 +24,7 @@ from fleetledger.adapters.machines import (
     grouper_stream_id,
 )
 from fleetledger.adapters.machines.aggregates import SEAL_MARGIN_BYTES
-from fleetledger.domain.grouper import BatchMachine, seal_size
+from fleetledger.domain.machines import BatchMachine, seal_size
 from fleetledger.eventstore import EventStore, RecordedEvent, open_store
 
 from .support import D4, EPOCH, manual_runtime, pass_idle_timeout, terminal_outcomes

@@ -8,7 +8,7 @@ import pytest
 
 from fleetledger.adapters.machines.records import decode, encode, event_id
 from fleetledger.domain.codec import CodecError
-from fleetledger.domain.grouper import MachineRequested
+from fleetledger.domain.machines import MachineRequested
 from fleetledger.domain.template import template_hash
 from fleetledger.eventstore import (
     EventStore,

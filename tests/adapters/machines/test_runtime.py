@@ -11,7 +11,7 @@ from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.cloud import FakeCloud
 from fleetledger.adapters.machines import MachinesRuntime
 from fleetledger.adapters.runtime import Leadership, MemoryLease
-from fleetledger.domain.grouper import GrouperConfig
+from fleetledger.domain.machines import GrouperConfig
 from fleetledger.eventstore import EventStore, RecordedEvent, open_store
 from tests.adapters.runtime.test_stream import wait_for
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from fleetledger.adapters.clock import ManualClock
-from fleetledger.adapters.placement import PlacementService
+from fleetledger.adapters.placement import PlacementService, reservation
 from fleetledger.domain.nodes import ReservePod
-from fleetledger.domain.placement import plan, reservation
+from fleetledger.domain.placement import plan
 from fleetledger.eventstore import AppendResult, EventStore, StreamAppend, open_store
 
 from .support import CPU_POOL, T0, FakeMachines, join, node_service, workload
@@ -70,7 +70,7 @@ class TestConflicts:
             machines=FakeMachines(),
         )
         # Best fit puts both on one node; another controller then takes half of that node.
-        [target] = set(plan(batch, service.snapshot()[0], [CPU_POOL], at=T0).placed.values())
+        [target] = set(plan(batch, service.snapshot()[0], [CPU_POOL]).placed.values())
         interleaved.append(lambda: _reserve_elsewhere(other_store, target, "intruder", 2000))
         report = service.place_batch(batch)
         assert (report.conflicts, report.appends, report.snapshot_reads) == (1, 2, 2)

@@ -18,7 +18,8 @@ from fleetledger.adapters.placement import (
     WorkloadConflict,
 )
 from fleetledger.adapters.runtime import Leadership, MemoryLease
-from fleetledger.domain import nodes, workloads
+from fleetledger.domain import nodes
+from fleetledger.domain.placement import workloads
 from fleetledger.eventstore import AppendResult, EventStore, StoreUnavailable, StreamAppend
 
 from .support import CPU_POOL, T0, FakeMachines, join, node_service, workload

@@ -11,7 +11,7 @@ from fleetledger.adapters.placement.workloads import (
     read_workloads,
 )
 from fleetledger.adapters.runtime import Writer
-from fleetledger.domain.workloads import (
+from fleetledger.domain.placement import (
     RecordWaiting,
     ReleaseWorkload,
     SubmitWorkload,

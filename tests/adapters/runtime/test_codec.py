@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fleetledger.adapters.runtime import events_of
-from fleetledger.domain import grouper
+from fleetledger.domain.machines import grouper
 
 
 class TestEventsOf:

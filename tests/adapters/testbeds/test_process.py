@@ -11,7 +11,7 @@ from fleetledger.adapters.testbeds import (
     InvalidTestbedCommand,
     TestbedsRuntime,
 )
-from fleetledger.domain import batch_job, scheduling, testbed
+from fleetledger.domain.testbeds import batch_job, scheduling, testbed
 from fleetledger.eventstore import EventStore
 
 from .support import BED, World, stream_types, world

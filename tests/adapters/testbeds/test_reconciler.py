@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fleetledger.adapters.cluster import Node, PodSpec
 from fleetledger.adapters.testbeds import GHOST_LABEL
-from fleetledger.domain import testbed
+from fleetledger.domain.testbeds import testbed
 from fleetledger.eventstore import EventStore
 
 from .support import BED, World, stream_types, world

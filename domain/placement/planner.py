@@ -7,7 +7,7 @@ in-memory tracker per worker (so nothing in the batch is double-booked) and deci
 before anything is written:
 
 * requests go in a fixed order — priority (highest first), then arrival;
-* a request may use the pools :func:`~fleetledger.domain.placement_pools.eligible` allows: its
+* a request may use the pools :func:`~fleetledger.domain.placement.eligible` allows: its
   selector's pool (no selector: only pools that require none), GPU workers of an accepted type for
   a GPU request and only non-GPU workers otherwise, never a preemptible worker for a
   non-preemptible request, never a draining or disabled pool or worker;
@@ -17,16 +17,14 @@ before anything is written:
   empty ones drain. Workers left equally tight are chosen between by a hash of the request id:
   the same batch always lands the same way, and equal workers share the load;
 * requests a worker already requested was meant for are placed on it first once it has joined;
-* what fits no worker is packed (:func:`~fleetledger.domain.placement_pack.pack_overflow`) into
+* what fits no worker is packed (:func:`~fleetledger.domain.placement.pack_overflow`) into
   workers already requested and then into the fewest new ones; a request no pool could ever hold
   is rejected at once, with the reason.
 
-The commit is the node aggregate's own: each placement is a
-:class:`~fleetledger.domain.nodes.ReservePod` on that node's stream (``node-<name>``); a node's
-placements are decided together as one :class:`~fleetledger.domain.nodes.ReservePods` (one event
-per touched node), appended for all touched nodes together with the snapshot's versions as
-expected versions. A worker's free
-capacity comes from its node state by :func:`worker_of`.
+The plan names, per touched worker, the workloads placed on it and the snapshot version it was
+planned on; turning those into the node aggregate's reservations, and node states into
+:class:`Worker` rooms, is the placement adapter's work, so this package depends on no other
+capability's model.
 """
 
 from __future__ import annotations
@@ -34,18 +32,9 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from operator import attrgetter
 
-from fleetledger.domain.nodes import (
-    MILLI_PER_CPU,
-    ContainerResources,
-    NodeState,
-    OtherPodSpec,
-    ReservePod,
-    other_reserved,
-)
-from fleetledger.domain.placement_model import (
+from fleetledger.domain.placement.model import (
     WORKER_STATUSES,
     NewWorker,
     PendingWorker,
@@ -56,8 +45,8 @@ from fleetledger.domain.placement_model import (
     WorkerStatus,
     WorkloadRequest,
 )
-from fleetledger.domain.placement_pack import pack_overflow
-from fleetledger.domain.placement_pools import (
+from fleetledger.domain.placement.pack import pack_overflow
+from fleetledger.domain.placement.pools import (
     check_request,
     eligible,
     holds,
@@ -80,63 +69,7 @@ __all__ = [
     "never_fits",
     "plan",
     "pool_order",
-    "reservation",
-    "worker_of",
 ]
-
-
-def worker_of(
-    state: NodeState, *, version: int, pool: str, status: WorkerStatus = "available"
-) -> Worker:
-    """What the node in ``state`` (at stream ``version``) can still take, as a worker of ``pool``.
-
-    Workloads are non-VM pods, whose raw sums count toward the node rounded up to whole CPUs and
-    slots; so the node takes a workload while the rounded-up sums stay within what remains plus
-    what those sums hold already. The room is given in raw amounts: exact, and additive within a
-    batch. A node not (or no longer) present offers nothing.
-    """
-    if not state.present or state.config is None:
-        return Worker(
-            name=state.name,
-            pool=pool,
-            version=version,
-            free_cpu_milli=0,
-            free_memory_bytes=0,
-            free_gpu=0,
-            status=status,
-        )
-    slot = max(1, state.config.memory_slot_bytes)
-    other_cpu, other_slots = other_reserved(state)
-    cpu_room = (state.cpu.remaining + other_cpu) // MILLI_PER_CPU * MILLI_PER_CPU
-    memory_room = (state.memory.remaining + other_slots) * slot
-    return Worker(
-        name=state.name,
-        pool=pool,
-        version=version,
-        free_cpu_milli=max(0, cpu_room - state.other_raw_cpu_milli),
-        free_memory_bytes=max(0, memory_room - state.other_raw_memory_bytes),
-        free_gpu=max(0, state.gpu_total - state.gpu_reserved),
-        status=status,
-    )
-
-
-def reservation(request: WorkloadRequest, *, at: datetime) -> ReservePod:
-    """The node command that sets ``request``'s resources aside: a non-VM pod named by the
-    workload id, with one container requesting the workload's amounts. (Not a VM pod: those are
-    scaled by agents and chosen for migration, which a batch workload is not.)"""
-    return ReservePod(
-        OtherPodSpec(
-            name=request.id,
-            containers=(
-                ContainerResources(
-                    cpu_request_milli=request.cpu_milli,
-                    memory_request_bytes=request.memory_bytes,
-                    gpu=request.gpu,
-                ),
-            ),
-        ),
-        at=at,
-    )
 
 
 def _tie_hash(request_id: str) -> int:
@@ -211,8 +144,6 @@ def plan(
     requests: Sequence[WorkloadRequest],
     snapshot: Snapshot,
     pools: Sequence[Pool],
-    *,
-    at: datetime,
 ) -> PlacementPlan:
     """Place ``requests`` on ``snapshot`` (read once for the batch); see the module docstring."""
     rejected: dict[str, str] = {}
@@ -235,13 +166,13 @@ def plan(
     tracker = _Tracker(snapshot.workers, pools)
     by_name = {p.name: p for p in pools}
     placed: dict[str, str] = {}
-    reservations: dict[str, list[ReservePod]] = {}
+    reservations: dict[str, list[WorkloadRequest]] = {}
 
     def place(i: int, request: WorkloadRequest) -> None:
         tracker.take(i, request)
         worker = tracker.workers[i]
         placed[request.id] = worker.name
-        reservations.setdefault(worker.name, []).append(reservation(request, at=at))
+        reservations.setdefault(worker.name, []).append(request)
 
     # A joined worker was requested for its waiting workloads: they go on it before anything else.
     joined = [p for p in snapshot.pending if p.name in tracker.index]
@@ -277,7 +208,7 @@ def plan(
     packed = pack_overflow(overflow, pools, still_pending) if overflow else None
     return PlacementPlan(
         placed=placed,
-        reservations={node: tuple(cmds) for node, cmds in reservations.items()},
+        reservations={node: tuple(placed) for node, placed in reservations.items()},
         versions={node: tracker.workers[tracker.index[node]].version for node in reservations},
         waiting=packed.waiting if packed else {},
         provisions=packed.provisions if packed else (),

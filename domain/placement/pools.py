@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleetledger.domain.nodes import MILLI_PER_CPU
-from fleetledger.domain.placement_model import Pool, WorkloadRequest
+from fleetledger.domain.placement.model import Pool, WorkloadRequest
+from fleetledger.domain.units import MILLI_PER_CPU
 
 __all__ = ["check_request", "eligible", "holds", "never_fits", "pool_order", "worker_room"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleetledger.domain.nodes_model import MILLI_PER_CPU, NodeState, VmPod
+from fleetledger.domain.nodes.model import MILLI_PER_CPU, NodeState, VmPod
 
 __all__ = ["migration_queue", "needs_migration", "other_reserved"]
 

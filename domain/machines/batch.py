@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeAlias, get_args
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.grouper import BatchMachine, BatchSealed, SealReason
+from fleetledger.domain.machines.grouper import BatchMachine, BatchSealed, SealReason
 from fleetledger.domain.template import MachineTemplate
 
 __all__ = [
@@ -176,7 +176,7 @@ class MachineError:
 @dataclass(frozen=True, slots=True)
 class OpenBatch:
     """Start the batch's stream from the grouper's
-    :class:`~fleetledger.domain.grouper.BatchSealed`."""
+    :class:`~fleetledger.domain.machines.BatchSealed`."""
 
     sealed: BatchSealed
     max_attempts: int = DEFAULT_MAX_ATTEMPTS

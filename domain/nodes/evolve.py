@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fleetledger.domain.nodes_model import (
+from fleetledger.domain.nodes.model import (
     ComputeUnitViolated,
     ControllerRestarted,
     MigrationStarted,
@@ -29,7 +29,7 @@ from fleetledger.domain.nodes_model import (
     VmPod,
     VmPodReserved,
 )
-from fleetledger.domain.nodes_queries import other_reserved
+from fleetledger.domain.nodes.queries import other_reserved
 
 __all__ = ["evolve"]
 

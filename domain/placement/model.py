@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, get_args
 
-from fleetledger.domain.nodes import ReservePod
 from fleetledger.domain.template import MachineTemplate
 
 __all__ = [
@@ -77,7 +76,7 @@ class Pool:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Worker:
     """What one node can still take, as its stream stood at ``version``: how far its non-VM
-    pods' raw sums may grow (:func:`~fleetledger.domain.placement.worker_of`)."""
+    pods' raw sums may grow (read from a node's state by the placement adapter)."""
 
     name: str
     pool: str
@@ -131,16 +130,15 @@ class NewWorker:
 class PlacementPlan:
     """What one batch decides; every request of the batch is in exactly one of the four outcomes.
 
-    ``reservations`` holds, per touched node, the node commands for its stream (one
-    :class:`~fleetledger.domain.nodes.ReservePod` per workload, in planning order; the commit
-    sends them as one :class:`~fleetledger.domain.nodes.ReservePods`); ``versions``
+    ``reservations`` holds, per touched node, the workloads placed on it in planning order (the
+    commit turns them into that node's reservations, one event per node); ``versions``
     the stream version each node's plan was made on (the commit's expected version).
     ``waiting`` maps a request to an already-requested worker it now waits for; ``provisions``
     are the new workers to request.
     """
 
     placed: Mapping[str, str] = field(default_factory=dict)
-    reservations: Mapping[str, tuple[ReservePod, ...]] = field(default_factory=dict)
+    reservations: Mapping[str, tuple[WorkloadRequest, ...]] = field(default_factory=dict)
     versions: Mapping[str, int] = field(default_factory=dict)
     waiting: Mapping[str, str] = field(default_factory=dict)
     provisions: tuple[NewWorker, ...] = ()

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Literal, TypeAlias, get_args
 
 from fleetledger.domain.errors import Rejected
+from fleetledger.domain.units import MILLI_PER_CPU
 
 __all__ = [
     "ALL_RESOURCES",
@@ -64,7 +65,6 @@ __all__ = [
     "VmPodSpec",
 ]
 
-MILLI_PER_CPU = 1000
 
 Resource = Literal["cpu", "memory"]
 ALL_RESOURCES: tuple[Resource, ...] = get_args(Resource)

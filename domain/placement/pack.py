@@ -14,8 +14,13 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fleetledger.domain.placement_model import NewWorker, PendingWorker, Pool, WorkloadRequest
-from fleetledger.domain.placement_pools import holds, pool_order, worker_room
+from fleetledger.domain.placement.model import (
+    NewWorker,
+    PendingWorker,
+    Pool,
+    WorkloadRequest,
+)
+from fleetledger.domain.placement.pools import holds, pool_order, worker_room
 
 __all__ = ["Packed", "pack_overflow"]
 

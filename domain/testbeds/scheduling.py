@@ -8,8 +8,8 @@ Phases (seed 05, "Scheduler Reconciler")::
                     +------------ online extension ------+-------------------+
 
 **Acquire.** The scheduling claims every job and the testbed. A claim is a decision on the
-claimed aggregate (:class:`~fleetledger.domain.batch_job.ClaimJob`,
-:class:`~fleetledger.domain.testbed.ClaimTestbed`); the host appends all claims of one attempt
+claimed aggregate (:class:`~fleetledger.domain.testbeds.ClaimJob`,
+:class:`~fleetledger.domain.testbeds.ClaimTestbed`); the host appends all claims of one attempt
 together with :class:`ClaimsGranted` here, each with its stream's expected version, so a claim
 never half-succeeds behind our back. When a claim is refused (another scheduling holds the job or
 testbed), :class:`RecordClaimConflict` records it and, in this phase, releases everything the
@@ -18,15 +18,15 @@ schedulings that share a job never deadlock — the later one waits for the othe
 
 **Submission ⇄ confirmation.** With the free slots of the testbed, :class:`AssignSlots` picks the
 jobs to start (:func:`queue_assignments` or :func:`slot_assignments`); the host then requests each
-application (:class:`~fleetledger.domain.batch_job.RequestCreation`, appended with
+application (:class:`~fleetledger.domain.testbeds.RequestCreation`, appended with
 :class:`JobsAssigned`). The scheduling waits in ``confirmation`` until every job of that round is
 scheduled — slot reservation is not instantaneous, so the free slots are only known again then —
 and returns to ``submission`` while the queue is not empty.
 
 **Completion.** With the queue empty it awaits its jobs; when all have finished (completed or
 failed) it is ``completed``; once released (:class:`ReleaseScheduling`, which the host fans out as
-:class:`~fleetledger.domain.batch_job.ReleaseJob` and
-:class:`~fleetledger.domain.testbed.ReleaseTestbed`) it is ``finished``. Release also cancels a
+:class:`~fleetledger.domain.testbeds.ReleaseJob` and
+:class:`~fleetledger.domain.testbeds.ReleaseTestbed`) it is ``finished``. Release also cancels a
 scheduling in any earlier phase.
 
 **Online extension.** :class:`ExtendQueue` adds jobs to a scheduling that has not finished. The
@@ -53,8 +53,8 @@ from dataclasses import KW_ONLY, dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal, TypeAlias
 
-from fleetledger.domain.batch_job import JobStatus
 from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.testbeds.batch_job import JobStatus
 
 __all__ = [
     "AssignSlots",

@@ -31,8 +31,8 @@ from datetime import datetime
 from typing import Literal, TypeAlias
 
 from fleetledger.domain.errors import Rejected
-from fleetledger.domain.placement_model import PendingWorker, Pool, WorkloadRequest
-from fleetledger.domain.placement_pools import worker_room
+from fleetledger.domain.placement.model import PendingWorker, Pool, WorkloadRequest
+from fleetledger.domain.placement.pools import worker_room
 
 __all__ = [
     "STREAM_PREFIX",

@@ -1,7 +1,7 @@
 """The Subnet aggregate: per-node pod-IP pools sized by the settled batch rule (seed 03).
 
 One stream per subnet (``subnet-<id>``); every command names the subnet and touches only its
-stream. The sizing rules live in :mod:`~fleetledger.domain.ipam_sizing` and are re-exported here,
+stream. The sizing rules live in :mod:`~fleetledger.domain.ipam.sizing` and are re-exported here,
 so this module is the capability's one public surface; the rule and its proof are in that
 module's docstring.
 
@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Literal, TypeAlias
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.ipam_sizing import (
+from fleetledger.domain.ipam.sizing import (
     DEFAULT_BUFFER,
     DEFAULT_LOWER_THRESHOLD,
     DEFAULT_MAX_IPS,

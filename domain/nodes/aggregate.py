@@ -41,9 +41,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.nodes_dump import dump_node, dumpstate, fleet_migration_queue
-from fleetledger.domain.nodes_evolve import evolve
-from fleetledger.domain.nodes_model import (
+from fleetledger.domain.nodes.dump import dump_node, dumpstate, fleet_migration_queue
+from fleetledger.domain.nodes.evolve import evolve
+from fleetledger.domain.nodes.model import (
     ALL_RESOURCES,
     MILLI_PER_CPU,
     STARTUP_RULES,
@@ -89,12 +89,12 @@ from fleetledger.domain.nodes_model import (
     VmPodReserved,
     VmPodSpec,
 )
-from fleetledger.domain.nodes_queries import migration_queue, needs_migration, other_reserved
-from fleetledger.domain.nodes_snapshot import (
-    SNAPSHOT_SCHEMA_VERSION,
-    snapshot,
-    state_from_snapshot,
+from fleetledger.domain.nodes.queries import (
+    migration_queue,
+    needs_migration,
+    other_reserved,
 )
+from fleetledger.domain.nodes.snapshot import SNAPSHOT_SCHEMA_VERSION, snapshot, state_from_snapshot
 
 __all__ = [
     "ALL_RESOURCES",

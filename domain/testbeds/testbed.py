@@ -3,7 +3,7 @@
 A testbed puts ``slots_per_node`` slots of one resource size on every node that carries its node
 label (seed 05, "Slot Operator"). Each slot is held by a *ghost pod* that requests the slot's
 resources, so the capacity stays reserved while no job uses it; a job's pod takes a slot by
-preempting its ghost pod (see :mod:`fleetledger.domain.slots_extender`).
+preempting its ghost pod (see :mod:`fleetledger.domain.testbeds.extender`).
 
 Slot ids number the slots round-robin across nodes: sort by position on node, then by node (label
 value, then name), so consecutive ids spread over the nodes. Two nodes of two slots give

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fleetledger.domain.nodes_model import (
+from fleetledger.domain.nodes.model import (
     ComputeUnit,
     NodeConfig,
     NodeState,

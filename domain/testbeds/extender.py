@@ -9,7 +9,7 @@ first free slot (by id) from the pod's list, and then
   candidate, so the kube-scheduler falls back to preemption);
 * ``preempt`` answers with that slot's node and, as the victim, the slot's ghost pod.
 
-A new reservation is a :class:`~fleetledger.domain.testbed.SlotReserved` event the caller must
+A new reservation is a :class:`~fleetledger.domain.testbeds.SlotReserved` event the caller must
 append to the testbed's stream with its expected version *before* answering: two pods racing for
 one slot then conflict in the log, and the loser is decided again on the new state.
 """
@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from fleetledger.domain import testbed
 from fleetledger.domain.errors import Rejected
+from fleetledger.domain.testbeds import testbed
 
 __all__ = ["FilterDecision", "PodToPlace", "PreemptDecision", "filter_pod", "preempt_pod"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from fleetledger.domain.nodes_model import (
+from fleetledger.domain.nodes.model import (
     NodeConfig,
     NodeState,
     OtherPod,
@@ -17,7 +17,11 @@ from fleetledger.domain.nodes_model import (
     ResourceState,
     VmPod,
 )
-from fleetledger.domain.nodes_queries import migration_queue, needs_migration, other_reserved
+from fleetledger.domain.nodes.queries import (
+    migration_queue,
+    needs_migration,
+    other_reserved,
+)
 
 __all__ = ["dump_node", "dumpstate", "fleet_migration_queue"]
 

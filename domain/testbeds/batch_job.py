@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Literal, TypeAlias
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.testbed import SLOT_IDS_ANNOTATION, TESTBED_ANNOTATION
+from fleetledger.domain.testbeds.testbed import SLOT_IDS_ANNOTATION, TESTBED_ANNOTATION
 
 __all__ = [
     "AppKind",

@@ -1,0 +1,103 @@
+"""Batch workload placement (seed 02): one batch planned on one capacity snapshot, overflow
+packed into the fewest new workers, and the workload aggregate that records each outcome.
+
+The workload aggregate is exported as a module (``workloads.decide``).
+"""
+
+from __future__ import annotations
+
+from fleetledger.domain.placement import workloads
+from fleetledger.domain.placement.model import (
+    WORKER_STATUSES,
+    NewWorker,
+    PendingWorker,
+    PlacementPlan,
+    Pool,
+    Snapshot,
+    Worker,
+    WorkerStatus,
+    WorkloadRequest,
+)
+from fleetledger.domain.placement.pack import (
+    Packed,
+    pack_overflow,
+)
+from fleetledger.domain.placement.planner import (
+    plan,
+)
+from fleetledger.domain.placement.pools import (
+    check_request,
+    eligible,
+    holds,
+    never_fits,
+    pool_order,
+    worker_room,
+)
+from fleetledger.domain.placement.workloads import (
+    STREAM_PREFIX,
+    RecordPlacement,
+    RecordRejection,
+    RecordWaiting,
+    Recovery,
+    ReleaseWorkload,
+    SubmitWorkload,
+    Workload,
+    WorkloadCommand,
+    WorkloadEvent,
+    WorkloadPhase,
+    WorkloadPlaced,
+    WorkloadRejected,
+    WorkloadReleased,
+    WorkloadSubmitted,
+    WorkloadWaiting,
+    decide,
+    evolve,
+    initial_state,
+    recover,
+    stream_id,
+    workload_of_stream,
+)
+
+__all__ = [
+    "NewWorker",
+    "Packed",
+    "PendingWorker",
+    "PlacementPlan",
+    "Pool",
+    "RecordPlacement",
+    "RecordRejection",
+    "RecordWaiting",
+    "Recovery",
+    "ReleaseWorkload",
+    "STREAM_PREFIX",
+    "Snapshot",
+    "SubmitWorkload",
+    "WORKER_STATUSES",
+    "Worker",
+    "WorkerStatus",
+    "Workload",
+    "WorkloadCommand",
+    "WorkloadEvent",
+    "WorkloadPhase",
+    "WorkloadPlaced",
+    "WorkloadRejected",
+    "WorkloadReleased",
+    "WorkloadRequest",
+    "WorkloadSubmitted",
+    "WorkloadWaiting",
+    "check_request",
+    "decide",
+    "eligible",
+    "evolve",
+    "holds",
+    "initial_state",
+    "never_fits",
+    "pack_overflow",
+    "plan",
+    "pool_order",
+    "recover",
+    "stream_id",
+    "worker_room",
+    "workload_of_stream",
+    "workloads",
+]
