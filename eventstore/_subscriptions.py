@@ -10,17 +10,15 @@ effect, in global order, across crashes and restarts.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Sequence
+from typing import Protocol
 
 import sqlalchemy as sa
 import structlog
 
+from fleetledger.eventstore._sql import SqlBackend
 from fleetledger.eventstore._types import RecordedEvent
 from fleetledger.eventstore.errors import InvalidEvent, StoreUnavailable, SubscriptionFailed
-
-if TYPE_CHECKING:
-    from fleetledger.eventstore._store import EventStore
 
 __all__ = ["Handler", "Subscription"]
 
@@ -28,12 +26,34 @@ Handler = Callable[[RecordedEvent, sa.Connection], None]
 log = structlog.get_logger("eventstore.subscription")
 
 
+class SubscribedLog(Protocol):
+    """What a subscription reads and waits on: the event store, named by its use here so this
+    module need not import the store that creates subscriptions."""
+
+    @property
+    def backend(self) -> SqlBackend: ...
+
+    def head(self) -> int: ...
+
+    def read_all(
+        self, *, after: int = 0, limit: int = 1000, types: Sequence[str] | None = None
+    ) -> list[RecordedEvent]: ...
+
+    def wake(self) -> None: ...
+
+    def wake_sequence(self) -> int: ...
+
+    def wait_for_wake(
+        self, seen: int, timeout: float, *, types: Collection[str] | None = None
+    ) -> bool: ...
+
+
 class Subscription:
     """A named, checkpointed reader of the global log; see :meth:`EventStore.subscribe`."""
 
     def __init__(
         self,
-        store: EventStore,
+        store: SubscribedLog,
         name: str,
         handler: Handler,
         *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,12 +16,12 @@ from typing import Any
 import pytest
 
 from fleetledger.eventstore import migrate
+from tests.import_graph import TOP_LEVEL_PACKAGES, import_graph, module_name, product_files
 
 ROOT = Path(__file__).resolve().parent.parent
 _NOT_SOURCE = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "*.db"
 )
-TOP_LEVEL_PACKAGES = ("adapters", "domain", "eventstore", "migrations", "projections")
 
 USER_TEST = """
 import adapters
@@ -64,12 +65,56 @@ class TestPackageList:
         assert set(_setuptools_table()["packages"]) == _package_folders()
 
     def test_each_top_level_folder_maps_into_the_namespace(self) -> None:
-        """Each top-level folder is mapped to ``fleetledger.<folder>`` and nothing else is."""
+        """Each top-level folder is mapped to ``fleetledger.<folder>``, the namespace's own
+        ``fleetledger/`` folder to ``fleetledger``, and nothing else is."""
         mapping = _setuptools_table()["package-dir"]
-        assert mapping == {f"fleetledger.{top}": top for top in TOP_LEVEL_PACKAGES}
+        assert mapping == {
+            "fleetledger": "fleetledger",
+            **{f"fleetledger.{top}": top for top in TOP_LEVEL_PACKAGES},
+        }
+        assert _setuptools_table()["py-modules"] == ["fleetledger.__main__"]
+
+    def test_the_namespace_folder_links_each_top_level_folder(self) -> None:
+        """``fleetledger/`` holds one relative link per top-level folder, so static tools see
+        ``fleetledger.<folder>`` where Python finds it, from any checkout's location."""
+        links = {p.name: p for p in (ROOT / "fleetledger").iterdir() if p.is_symlink()}
+        assert sorted(links) == sorted(TOP_LEVEL_PACKAGES)
+        for name, link in links.items():
+            assert os.readlink(link) == f"../{name}"
+            assert link.resolve() == (ROOT / name).resolve()
+
+    def test_every_shipped_module_is_used_by_the_product(self) -> None:
+        """Each module the wheel ships is imported by another, is a package holding one that is,
+        or is an entry point: nothing only the tests use (a fake server, a test helper) ships."""
+        graph = import_graph()
+        imported = {i.imported for imports in graph.values() for i in imports}
+        used = imported | {m.rpartition(".")[0] for m in imported}
+        while (parents := {m.rpartition(".")[0] for m in used} - used) - {""}:
+            used |= parents
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+        entry_points = {
+            *(target.partition(":")[0] for target in project["scripts"].values()),
+            *project["entry-points"]["pytest11"].values(),
+            "fleetledger.__main__",
+            "fleetledger.migrations.env",  # Alembic loads these by path
+        }
+        unused = {
+            m
+            for m in graph
+            if m not in used
+            and m not in entry_points
+            and not m.startswith("fleetledger.migrations.versions")
+        }
+        assert unused == set()
 
 
-def _run(args: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None) -> str:
+def _run(
+    args: list[str | Path],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    stdout_only: bool = False,
+) -> str:
     result = subprocess.run(
         [str(a) for a in args],
         cwd=cwd,
@@ -81,7 +126,7 @@ def _run(args: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"{args} failed ({result.returncode}):\n{output}"
-    return output
+    return result.stdout if stdout_only else output
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +157,20 @@ class TestBuild:
         [wheel] = built[0].glob("*.whl")
         tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
         assert tops == {"fleetledger", "fleetledger-0.1.0.dist-info"}
+
+    def test_the_wheel_ships_the_product_modules_and_nothing_else(
+        self, built: tuple[Path, str]
+    ) -> None:
+        """The wheel's Python modules are exactly the product's (so no test server, such as the
+        fake ARM server the cloud adapters' tests run, is installed)."""
+        [wheel] = built[0].glob("*.whl")
+        shipped = {
+            name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            for name in zipfile.ZipFile(wheel).namelist()
+            if name.endswith(".py")
+        }
+        assert shipped == {module_name(p) for p in product_files()}
+        assert not any("fake_arm" in name for name in shipped)
 
     def test_migrations_and_type_markers_ship_inside(self, built: tuple[Path, str]) -> None:
         """The Alembic scripts and ``py.typed`` markers are in the wheel, under the namespace."""
@@ -164,12 +223,48 @@ class TestInstalledWheel:
         assert migrate.head_revision() in current
 
     def test_simulate_runs(self, installed: Path, project: Path) -> None:
-        """The main job runs from the wheel."""
-        output = _run(
-            [installed / "fleetledger", "simulate", "--scenario", "burst-vms", "--json"],
-            cwd=project,
-        )
+        """The main job runs from the wheel, and the README's next steps read its log."""
+        cli = installed / "fleetledger"
+        output = _run([cli, "simulate", "--scenario", "burst-vms", "--json"], cwd=project)
         assert '"cloud_calls"' in output
+        log = ["--url", "sqlite:///fleetledger-sim.db"]
+        assert " vm." in _run([cli, "events", "tail", *log], cwd=project)
+        _run([cli, "audit", "verify", *log], cwd=project)
+        assert json.loads(_run([cli, "dumpstate", *log], cwd=project, stdout_only=True))
+
+    def test_python_m_runs_the_command_line(self, installed: Path, project: Path) -> None:
+        """``python -m fleetledger`` is the ``fleetledger`` script."""
+        version = _run([installed / "python", "-m", "fleetledger", "--version"], cwd=project)
+        assert version.strip() == "fleetledger 0.1.0"
+
+    @pytest.mark.parametrize("scenario", ["subnet", "restart", "burst-workloads", "testbed"])
+    def test_every_capabilitys_scenario_runs(
+        self, installed: Path, project: Path, scenario: str
+    ) -> None:
+        """Each scenario the README names runs from a plain install of the wheel (no test-only
+        package is needed at run time)."""
+        output = _run(
+            [installed / "fleetledger", "simulate", "--scenario", scenario, "--json"],
+            cwd=project,
+            stdout_only=True,
+        )
+        assert json.loads(output)
+
+    @pytest.mark.parametrize(
+        "bench",
+        [
+            ["grouper", "--requests", "2000", "--repeat", "1"],
+            ["placement", "--nodes", "20", "--batch", "10", "--url", "sqlite:///bench.db"],
+            ["reliability", "--requests", "20", "--url", "sqlite:///bench.db"],
+        ],
+        ids=lambda args: args[0],
+    )
+    def test_benches_run_from_a_plain_install(
+        self, installed: Path, project: Path, bench: list[str]
+    ) -> None:
+        """The benchmarks a user can run on embedded SQLite run from the wheel alone."""
+        cli = installed / "fleetledger"
+        assert json.loads(_run([cli, "bench", *bench, "--json"], cwd=project, stdout_only=True))
 
     def test_the_plugin_serves_a_users_tests(
         self, installed: Path, project: Path, eventstore_postgres_server: str

@@ -4,7 +4,7 @@ The real adapters live in their own modules and are imported from there, so that
 or the fake never needs their SDKs: ``adapters.cloud.aks.AksMachinesCloud`` (needs the optional
 ``azure-mgmt-containerservice``) and ``adapters.cloud.azure_vm.AzureVmCloud``; their credential
 and clients come from ``adapters.cloud.azure_session.AzureSession``. Tests against the real SDKs
-use ``adapters.cloud.fake_arm.FakeArmServer``.
+use ``tests.adapters.cloud.fake_arm.FakeArmServer`` (in the repository's tests).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from .errors import (
     UnknownPod,
 )
 from .migrations import FakeMigrations, Migrations, migration_reactor
+from .port import NodeStreams
 from .runtime import NodesRuntime
 from .service import Grant, NodeService
 from .specs import DEFAULT_NODE_CONFIG, BadAnnotation, pod_spec, vm_annotations
@@ -39,6 +40,7 @@ __all__ = [
     "MigratingPodMismatch",
     "Migrations",
     "NodeService",
+    "NodeStreams",
     "NodesError",
     "NodesRuntime",
     "RequestRefused",

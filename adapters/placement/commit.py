@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from fleetledger.adapters.nodes import NODE_CODEC
+from fleetledger.adapters.nodes.port import NODE_CODEC
 from fleetledger.adapters.runtime import Writer
 from fleetledger.domain import nodes
 from fleetledger.domain.errors import Rejected

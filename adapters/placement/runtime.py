@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
-from fleetledger.adapters.nodes import NodeService
+from fleetledger.adapters.nodes.port import NodeStreams
 from fleetledger.adapters.runtime import NoFencing, RetryPolicy, Writer
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.domain.placement import Pool, WorkerStatus, WorkloadRequest, check_request
@@ -47,7 +47,7 @@ class PlacementRuntime:
     def __init__(
         self,
         store: EventStore,
-        nodes_service: NodeService,
+        nodes_service: NodeStreams,
         pools: Sequence[Pool],
         *,
         machines: MachineRequester | None = None,

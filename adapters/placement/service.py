@@ -65,8 +65,8 @@ from typing import Literal, Protocol
 import structlog
 
 from fleetledger.adapters.clock import Clock
-from fleetledger.adapters.machines import MachineRequest
-from fleetledger.adapters.nodes import NodeService, node_of_stream
+from fleetledger.adapters.machines.port import MachineRequest
+from fleetledger.adapters.nodes.port import NodeStreams, node_of_stream
 from fleetledger.adapters.runtime import LogUnavailable as HostUnavailable
 from fleetledger.adapters.runtime import RetryPolicy, Writer, append_decision
 from fleetledger.domain import nodes
@@ -204,7 +204,7 @@ class PlacementService:
     def __init__(
         self,
         store: EventStore,
-        nodes_service: NodeService,
+        nodes_service: NodeStreams,
         pools: Sequence[Pool],
         *,
         clock: Clock,
@@ -248,7 +248,7 @@ class PlacementService:
         return self._pools
 
     @property
-    def nodes_service(self) -> NodeService:
+    def nodes_service(self) -> NodeStreams:
         return self._nodes
 
     # -- workers -----------------------------------------------------------------------------

@@ -3,23 +3,16 @@
 ``fleetledger simulate --scenario burst-vms --seed 1`` runs the real machine-request runtime
 (service, coordinator, driver, read model) on virtual time against the fake cloud and reports
 API calls, batching ratio, latency added by batching and outcomes; ``--compare naive`` runs the
-same arrivals with batching off. Later issues register more scenarios
-(:func:`~fleetledger.adapters.simulator.scenarios.register_scenario`).
+same arrivals with batching off. More scripted scenarios register with
+(:func:`~fleetledger.adapters.simulator.catalog.register_scenario`).
 """
 
 from __future__ import annotations
 
+from .catalog import get_scenario, register_scenario, scenario_names
 from .report import ComparisonReport, Latency, SimulationReport
 from .runner import COMPARE_MODES, compare_scenario, run_scenario, run_script
-from .scenarios import (
-    Arrival,
-    Injection,
-    Scenario,
-    Script,
-    get_scenario,
-    register_scenario,
-    scenario_names,
-)
+from .scenarios import Arrival, Injection, Scenario, Script
 from .virtual_time import VirtualTime
 
 __all__ = [

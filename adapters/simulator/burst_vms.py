@@ -24,7 +24,7 @@ from fleetledger.adapters.cloud import CapacityUnavailable, FakeCloud, QuotaExce
 from fleetledger.adapters.machines import MachineRequest
 from fleetledger.domain.template import MachineTemplate
 
-from .scenarios import Arrival, Injection, Scenario, Script, register_scenario
+from .scenarios import Arrival, Injection, Scenario, Script
 
 __all__ = ["BURST_VMS"]
 
@@ -152,11 +152,9 @@ def _injections(
     )
 
 
-BURST_VMS = register_scenario(
-    Scenario(
-        name="burst-vms",
-        summary="bursts of 50-200 VM requests over 4 templates, with quota, capacity, "
-        "lost-result and throttling faults",
-        build=_build,
-    )
+BURST_VMS = Scenario(
+    name="burst-vms",
+    summary="bursts of 50-200 VM requests over 4 templates, with quota, capacity, "
+    "lost-result and throttling faults",
+    build=_build,
 )

@@ -39,8 +39,9 @@ from fleetledger.adapters.machines import MachineRequest, MachinesRuntime
 from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.projections.machine_requests import RequestView
 
+from .catalog import get_scenario
 from .report import ComparisonReport, Latency, SimulationReport
-from .scenarios import Script, get_scenario
+from .scenarios import Script
 from .virtual_time import VirtualTime
 
 __all__ = ["COMPARE_MODES", "EPOCH", "compare_scenario", "run_scenario", "run_script"]

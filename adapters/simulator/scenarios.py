@@ -1,12 +1,11 @@
-"""Scenarios: what happens in a simulation, built from a seed, and the registry that names them.
+"""Scenarios: what happens in a simulation, built from a seed.
 
 A :class:`Scenario` turns a ``random.Random(seed)`` into a :class:`Script` — timed arrivals of
 machine requests, timed injections into the fake cloud (a quota, a zone out of capacity, a lost
 result, throttling) and the runtime settings to run them with. Everything random is drawn here,
 up front, so a seed fixes the whole run; the runner only executes the script.
 
-Later issues add scenarios with :func:`register_scenario`; ``fleetledger simulate --scenario NAME``
-looks them up with :func:`get_scenario`.
+The catalog (:mod:`.catalog`) names the scenarios ``fleetledger simulate --scenario NAME`` runs.
 """
 
 from __future__ import annotations
@@ -26,9 +25,6 @@ __all__ = [
     "Injection",
     "Scenario",
     "Script",
-    "get_scenario",
-    "register_scenario",
-    "scenario_names",
 ]
 
 
@@ -86,38 +82,3 @@ class Scenario:
     name: str
     summary: str
     build: Callable[[Random], Script]
-
-
-_SCENARIOS: dict[str, Scenario] = {}
-
-
-def register_scenario(scenario: Scenario) -> Scenario:
-    """Make ``scenario`` available by name; a name can be registered once."""
-    existing = _SCENARIOS.get(scenario.name)
-    if existing is not None and existing is not scenario:
-        raise ValueError(f"a scenario named {scenario.name!r} is already registered")
-    _SCENARIOS[scenario.name] = scenario
-    return scenario
-
-
-def get_scenario(name: str) -> Scenario:
-    """The scenario called ``name``; ``ValueError`` listing the known names otherwise."""
-    _load_builtin()
-    try:
-        return _SCENARIOS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown scenario {name!r}; choose one of: {', '.join(scenario_names())}"
-        ) from None
-
-
-def scenario_names() -> tuple[str, ...]:
-    """Every registered scenario name, sorted."""
-    _load_builtin()
-    return tuple(sorted(_SCENARIOS))
-
-
-def _load_builtin() -> None:
-    # The built-in scenarios register themselves on import; importing here (not at the top)
-    # keeps this registry importable by them without a cycle.
-    from . import burst_vms  # noqa: F401

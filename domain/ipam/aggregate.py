@@ -45,7 +45,6 @@ from fleetledger.domain.ipam.sizing import (
     DEFAULT_UPPER_THRESHOLD,
     DEFAULT_X_NSF,
     batch_ceiling,
-    batch_size,
     next_exhausted,
     plan_release,
     pool_size,
@@ -54,11 +53,6 @@ from fleetledger.domain.ipam.sizing import (
 )
 
 __all__ = [
-    "DEFAULT_BUFFER",
-    "DEFAULT_LOWER_THRESHOLD",
-    "DEFAULT_MAX_IPS",
-    "DEFAULT_UPPER_THRESHOLD",
-    "DEFAULT_X_NSF",
     "BatchSizeChanged",
     "CreateSubnet",
     "DemandReported",
@@ -82,18 +76,11 @@ __all__ = [
     "SubnetEvent",
     "SubnetState",
     "allocated",
-    "batch_ceiling",
-    "batch_size",
     "decide",
     "evolve",
     "initial_state",
-    "next_exhausted",
     "outstanding_requests",
     "pending_releases",
-    "plan_release",
-    "pool_size",
-    "subnet_batch_size",
-    "subnet_floor",
     "to_data",
 ]
 

@@ -19,7 +19,6 @@ from fleetledger.domain.nodes.evolve import (
 )
 from fleetledger.domain.nodes.model import (
     ALL_RESOURCES,
-    MILLI_PER_CPU,
     STARTUP_RULES,
     AgentResourcesRequest,
     Bounds,
@@ -73,6 +72,7 @@ from fleetledger.domain.nodes.snapshot import (
     snapshot,
     state_from_snapshot,
 )
+from fleetledger.domain.units import MILLI_PER_CPU
 
 __all__ = [
     "ALL_RESOURCES",

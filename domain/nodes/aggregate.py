@@ -41,11 +41,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.nodes.dump import dump_node, dumpstate, fleet_migration_queue
 from fleetledger.domain.nodes.evolve import evolve
 from fleetledger.domain.nodes.model import (
-    ALL_RESOURCES,
-    MILLI_PER_CPU,
     STARTUP_RULES,
     AgentResourcesRequest,
     Bounds,
@@ -66,7 +63,6 @@ from fleetledger.domain.nodes.model import (
     NodeJoined,
     NodeLeft,
     NodeState,
-    OtherPod,
     OtherPodReserved,
     OtherPodSpec,
     OtherPodsReserved,
@@ -92,67 +88,12 @@ from fleetledger.domain.nodes.model import (
 from fleetledger.domain.nodes.queries import (
     migration_queue,
     needs_migration,
-    other_reserved,
 )
-from fleetledger.domain.nodes.snapshot import SNAPSHOT_SCHEMA_VERSION, snapshot, state_from_snapshot
+from fleetledger.domain.units import MILLI_PER_CPU
 
 __all__ = [
-    "ALL_RESOURCES",
-    "MILLI_PER_CPU",
-    "SNAPSHOT_SCHEMA_VERSION",
-    "STARTUP_RULES",
-    "AgentResourcesRequest",
-    "Bounds",
-    "ChangeNodeConfig",
-    "ComputeUnit",
-    "ComputeUnitViolated",
-    "ContainerResources",
-    "ControllerRestarted",
-    "DeletePod",
-    "JoinNode",
-    "MigratingPodMismatch",
-    "MigrationStarted",
-    "NodeCapacityChanged",
-    "NodeCommand",
-    "NodeConfig",
-    "NodeConfigChanged",
-    "NodeEvent",
-    "NodeJoined",
-    "NodeLeft",
-    "NodeState",
-    "OtherPod",
-    "OtherPodReserved",
-    "OtherPodSpec",
-    "OtherPodsReserved",
-    "PodDeleted",
-    "PodResource",
-    "RemoveNode",
-    "ReservePod",
-    "ReservePods",
-    "ReservedOtherPod",
-    "Resource",
-    "ResourceState",
-    "ResourcesGranted",
-    "RestartController",
-    "StartupBound",
-    "StartupRule",
-    "UnknownPod",
-    "Unschedulable",
-    "UpdateNodeCapacity",
-    "VmPod",
-    "VmPodReserved",
-    "VmPodSpec",
     "decide",
-    "dump_node",
-    "dumpstate",
-    "evolve",
-    "fleet_migration_queue",
     "initial_state",
-    "migration_queue",
-    "needs_migration",
-    "other_reserved",
-    "snapshot",
-    "state_from_snapshot",
     "stream_id",
 ]
 

@@ -16,11 +16,9 @@ from datetime import datetime
 from typing import Literal, TypeAlias, get_args
 
 from fleetledger.domain.errors import Rejected
-from fleetledger.domain.units import MILLI_PER_CPU
 
 __all__ = [
     "ALL_RESOURCES",
-    "MILLI_PER_CPU",
     "STARTUP_RULES",
     "AgentResourcesRequest",
     "Bounds",

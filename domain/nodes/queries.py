@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fleetledger.domain.nodes.model import MILLI_PER_CPU, NodeState, VmPod
+from fleetledger.domain.nodes.model import NodeState, VmPod
+from fleetledger.domain.units import MILLI_PER_CPU
 
 __all__ = ["migration_queue", "needs_migration", "other_reserved"]
 

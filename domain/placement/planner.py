@@ -35,40 +35,22 @@ from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
 from fleetledger.domain.placement.model import (
-    WORKER_STATUSES,
-    NewWorker,
-    PendingWorker,
     PlacementPlan,
     Pool,
     Snapshot,
     Worker,
-    WorkerStatus,
     WorkloadRequest,
 )
 from fleetledger.domain.placement.pack import pack_overflow
 from fleetledger.domain.placement.pools import (
     check_request,
     eligible,
-    holds,
     never_fits,
     pool_order,
 )
 
 __all__ = [
-    "WORKER_STATUSES",
-    "NewWorker",
-    "PendingWorker",
-    "PlacementPlan",
-    "Pool",
-    "Snapshot",
-    "Worker",
-    "WorkerStatus",
-    "WorkloadRequest",
-    "eligible",
-    "holds",
-    "never_fits",
     "plan",
-    "pool_order",
 ]
 
 

@@ -113,21 +113,6 @@ def any_registered_event() -> st.SearchStrategy[Any]:
     return st.one_of(*(strategy_for(t.cls) for _, t in sorted(registered_event_types().items())))
 
 
-class TestSurface:
-    def test_exports(self) -> None:
-        """The codec's public names change only on purpose."""
-        assert set(codec.__all__) == {
-            "CodecError",
-            "EventType",
-            "event_type_of",
-            "from_data",
-            "register_event",
-            "registered_event_types",
-            "to_data",
-        }
-        assert all(hasattr(codec, name) for name in codec.__all__)
-
-
 class TestRegistry:
     def test_vm_event_names_and_versions_are_pinned(self) -> None:
         """Every VM-batching event is registered under its pinned name and version."""

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.machines import grouper
 from fleetledger.domain.machines.grouper import (
     BatchMachine,
     BatchOutcomesRecorded,
@@ -99,48 +98,6 @@ class Run:
 
 def sealed(events: Iterable[GrouperEvent]) -> list[BatchSealed]:
     return [e for e in events if isinstance(e, BatchSealed)]
-
-
-class TestSurface:
-    def test_exports(self) -> None:
-        """The grouper's public names change only on purpose."""
-        assert set(grouper.__all__) == {
-            "BatchMachine",
-            "BatchOutcomesRecorded",
-            "BatchSealed",
-            "GrouperCommand",
-            "GrouperConfig",
-            "GrouperEvent",
-            "GrouperState",
-            "Ledger",
-            "MACHINE_NAME_PATTERN",
-            "MAX_REQUEST_ID_LENGTH",
-            "MAX_TAGS",
-            "MAX_TAG_KEY_LENGTH",
-            "MAX_TAG_VALUE_LENGTH",
-            "MAX_ZONES",
-            "MAX_ZONE_LENGTH",
-            "MachineRequested",
-            "PendingBatch",
-            "RecordBatchOutcomes",
-            "RequestMachine",
-            "RequestStatus",
-            "SEAL_REASONS",
-            "SealReason",
-            "Shutdown",
-            "TAG_KEY_FORBIDDEN",
-            "Tick",
-            "decide",
-            "evolve",
-            "initial_state",
-            "next_deadline",
-            "pending_batches",
-            "pending_request_count",
-            "request_status",
-            "seal_size",
-            "sealed_batch_id",
-        }
-        assert all(hasattr(grouper, name) for name in grouper.__all__)
 
 
 class TestGrouperConfig:

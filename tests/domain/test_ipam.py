@@ -100,54 +100,6 @@ def nodes(n: int) -> tuple[str, ...]:
     return tuple(f"n{i:02d}" for i in range(n))
 
 
-class TestSurface:
-    def test_exports(self) -> None:
-        """The capability's public names change only on purpose."""
-        assert set(ipam.__all__) == {
-            "DEFAULT_BUFFER",
-            "DEFAULT_LOWER_THRESHOLD",
-            "DEFAULT_MAX_IPS",
-            "DEFAULT_UPPER_THRESHOLD",
-            "DEFAULT_X_NSF",
-            "BatchSizeChanged",
-            "CreateSubnet",
-            "DemandReported",
-            "Direction",
-            "ExhaustionChanged",
-            "IpamConfig",
-            "IpsAllocated",
-            "IpsReleased",
-            "IpsRequested",
-            "JoinNodes",
-            "LeaveNode",
-            "NodeJoined",
-            "NodeLeft",
-            "NodePool",
-            "PoolResized",
-            "RecordAllocation",
-            "RecordRelease",
-            "ReportDemand",
-            "SubnetCommand",
-            "SubnetCreated",
-            "SubnetEvent",
-            "SubnetState",
-            "allocated",
-            "batch_ceiling",
-            "batch_size",
-            "decide",
-            "evolve",
-            "initial_state",
-            "next_exhausted",
-            "outstanding_requests",
-            "pending_releases",
-            "plan_release",
-            "pool_size",
-            "subnet_batch_size",
-            "subnet_floor",
-            "to_data",
-        }
-
-
 class TestConfig:
     @pytest.mark.parametrize(
         "options",

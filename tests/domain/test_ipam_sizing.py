@@ -19,7 +19,6 @@ from fleetledger.domain.ipam import (
     subnet_batch_size,
     subnet_floor,
 )
-from fleetledger.domain.ipam import sizing as ipam_sizing
 
 capacities = st.integers(min_value=1, max_value=1 << 20)
 demand_lists = st.lists(st.integers(min_value=0, max_value=600), max_size=120)
@@ -38,25 +37,6 @@ def _go_formula(c: float, x: float, n: float, u: float, du: float) -> float:
 
 def _allocations(demands: list[int], batch: int, buffer: float, max_ips: int) -> int:
     return sum(pool_size(d, batch, buffer=buffer, max_ips=max_ips) for d in demands)
-
-
-class TestSurface:
-    def test_exports(self) -> None:
-        """The sizing module's public names change only on purpose."""
-        assert set(ipam_sizing.__all__) == {
-            "DEFAULT_BUFFER",
-            "DEFAULT_LOWER_THRESHOLD",
-            "DEFAULT_MAX_IPS",
-            "DEFAULT_UPPER_THRESHOLD",
-            "DEFAULT_X_NSF",
-            "batch_ceiling",
-            "batch_size",
-            "next_exhausted",
-            "plan_release",
-            "pool_size",
-            "subnet_batch_size",
-            "subnet_floor",
-        }
 
 
 class TestBatchSize:

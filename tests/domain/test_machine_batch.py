@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
 from fleetledger.domain.machines import BatchMachine, BatchSealed
-from fleetledger.domain.machines import batch as machine_batch
 from fleetledger.domain.machines.batch import (
     REQUEST_TAG,
     BatchCommand,
@@ -118,49 +117,6 @@ def dispatched() -> Batch:
     batch = opened()
     batch.dispatch()
     return batch
-
-
-class TestSurface:
-    def test_exports(self) -> None:
-        """The batch lifecycle's public names change only on purpose."""
-        assert set(machine_batch.__all__) == {
-            "BatchCommand",
-            "BatchCompleted",
-            "BatchDispatched",
-            "BatchEvent",
-            "BatchOpened",
-            "BatchState",
-            "BatchStatus",
-            "DEFAULT_MAX_ATTEMPTS",
-            "ERROR_CODES",
-            "ErrorCode",
-            "MachineCreated",
-            "MachineError",
-            "MachineFailed",
-            "MachineCreateAccepted",
-            "MachineNotFound",
-            "MachineVariation",
-            "OpenBatch",
-            "ReadResult",
-            "RecordCallFailure",
-            "RecordCreateAccepted",
-            "RecordDispatch",
-            "RecordMachineRead",
-            "RecordMachineResults",
-            "REQUEST_TAG",
-            "batch_put_machine_header",
-            "decide",
-            "encode_batch_put_machine_header",
-            "evolve",
-            "initial_state",
-            "is_complete",
-            "machines_to_dispatch",
-            "needs_dispatch",
-            "resume_token",
-            "status",
-            "unresolved_machines",
-        }
-        assert all(hasattr(machine_batch, name) for name in machine_batch.__all__)
 
 
 class TestBatchPutMachineHeader:

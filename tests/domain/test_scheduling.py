@@ -70,10 +70,6 @@ def running(queue: tuple[str, ...] = ("j2", "j1", "j2", "j1")) -> Scheduling:
 
 
 class TestSurface:
-    def test_exports(self) -> None:
-        """Every exported name exists."""
-        assert all(hasattr(sc, name) for name in sc.__all__)
-
     def test_stream_name(self) -> None:
         """One stream per scheduling."""
         assert sc.stream_name("s1") == "scheduling-s1"

@@ -66,10 +66,6 @@ def ready_bed() -> Bed:
 
 
 class TestSurface:
-    def test_exports(self) -> None:
-        """Every exported name exists."""
-        assert all(hasattr(tb, name) for name in tb.__all__)
-
     def test_stream_name(self) -> None:
         """One stream per testbed."""
         assert tb.stream_name("bed") == "testbed-bed"

@@ -11,7 +11,7 @@ from azure.mgmt.containerservice import ContainerServiceClient
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cloud.aks import PREVIEW_API_VERSION, AksMachinesCloud
 from fleetledger.adapters.cloud.azure_vm import AzureVmCloud
-from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
+from tests.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 
 from .support import EPOCH, PROFILE, SUBSCRIPTION, ArmHarness, FakeHarness, Harness
 

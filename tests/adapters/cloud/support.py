@@ -21,8 +21,8 @@ from fleetledger.adapters.cloud import (
     MachineSpec,
 )
 from fleetledger.adapters.cloud.azure_vm import VmProfile
-from fleetledger.adapters.cloud.fake_arm import FakeArmServer
 from fleetledger.domain.template import MachineTemplate
+from tests.adapters.cloud.fake_arm import FakeArmServer
 
 SUBSCRIPTION = "00000000-0000-0000-0000-0000000000aa"
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)

@@ -31,8 +31,8 @@ from fleetledger.adapters.cloud.aks import (
     PREVIEW_API_VERSION,
     AksMachinesCloud,
 )
-from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 from fleetledger.domain.machines import REQUEST_TAG
+from tests.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 
 from .support import EPOCH, SUBSCRIPTION, TEMPLATE, batch
 

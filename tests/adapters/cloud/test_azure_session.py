@@ -10,7 +10,7 @@ from azure.core.credentials import AccessToken
 from fleetledger.adapters.cloud import CloudSetupError
 from fleetledger.adapters.cloud.aks import PREVIEW_API_VERSION
 from fleetledger.adapters.cloud.azure_session import AzureSession, AzureSettings
-from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
+from tests.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 
 
 class RecordingCredential(StaticTokenCredential):

@@ -24,8 +24,8 @@ from fleetledger.adapters.cloud.azure_vm import (
     TEMPLATE_HASH_TAG,
     AzureVmCloud,
 )
-from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 from fleetledger.domain.template import template_hash
+from tests.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 
 from .support import PROFILE, SUBSCRIPTION, TEMPLATE, batch
 

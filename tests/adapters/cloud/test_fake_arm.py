@@ -12,9 +12,9 @@ from azure.core.exceptions import HttpResponseError
 from azure.mgmt.containerservice import ContainerServiceClient
 
 from fleetledger.adapters.cloud.aks import PREVIEW_API_VERSION, machine_body
-from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 from fleetledger.adapters.cloud.port import BATCH_PUT_MACHINE_HEADER, MachineSpec
 from fleetledger.adapters.cloud.port import encode_batch_put_machine_header as header_of
+from tests.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 
 from .support import SUBSCRIPTION, TEMPLATE
 

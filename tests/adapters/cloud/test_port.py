@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from fleetledger.adapters import cloud
 from fleetledger.adapters.cloud import (
     BatchCreate,
     BatchCreateResult,
@@ -131,35 +130,3 @@ class TestBatchCreateResult:
         """An adapter bug that reports both outcomes is caught where the result is made."""
         with pytest.raises(ValueError, match="both created and failed"):
             BatchCreateResult(created={"m-1": "id"}, failed={"m-1": UnknownCloudError("x")})
-
-
-class TestPublicSurface:
-    def test_exports_exactly_the_documented_names(self) -> None:
-        """The package's public API changes only on purpose."""
-        assert sorted(cloud.__all__) == [
-            "BATCH_PUT_MACHINE_HEADER",
-            "BatchCreate",
-            "BatchCreateResult",
-            "CapacityUnavailable",
-            "CloudError",
-            "CloudMachines",
-            "CloudSetupError",
-            "FakeCall",
-            "FakeCloud",
-            "MachineObservation",
-            "MachineSpec",
-            "MachineStatus",
-            "NameInUse",
-            "OperationRefused",
-            "ProgressCallback",
-            "ProgressNote",
-            "QuotaExceeded",
-            "SkuUnavailable",
-            "Throttled",
-            "UnknownCloudError",
-            "batch_put_machine_header",
-            "classify_arm_error",
-            "encode_batch_put_machine_header",
-            "from_azure_error",
-        ]
-        assert all(hasattr(cloud, name) for name in cloud.__all__)

@@ -31,12 +31,6 @@ FULL_NODES_ARGS = (
 )
 
 
-class TestSurface:
-    def test_exports(self) -> None:
-        """Every exported name exists."""
-        assert all(hasattr(wire, name) for name in wire.__all__)
-
-
 class TestFilterArgs:
     def test_node_cache_capable_args(self) -> None:
         """Node names come in; the pod's metadata is read."""

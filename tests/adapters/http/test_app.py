@@ -475,16 +475,3 @@ class TestConfiguration:
             runtime = MachinesRuntime(store, FakeCloud(), clock=SystemClock())
             with pytest.raises(ValueError, match=advice):
                 create_app(runtime, **options)  # type: ignore[arg-type]
-
-
-class TestSurface:
-    def test_exports(self) -> None:
-        """``http_adapter.__all__`` is the app factory, its options and the wait cap."""
-        from fleetledger.adapters import http as http_adapter
-
-        assert sorted(http_adapter.__all__) == [
-            "ApiTokens",
-            "DEFAULT_MAX_BODY_BYTES",
-            "MAX_WAIT_SECONDS",
-            "create_app",
-        ]

@@ -26,9 +26,9 @@ from fleetledger.adapters.cloud import (
 )
 from fleetledger.adapters.cloud.aks import PREVIEW_API_VERSION, AksMachinesCloud
 from fleetledger.adapters.cloud.azure_vm import AzureVmCloud
-from fleetledger.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 from fleetledger.adapters.machines import CoordinatorOptions
 from fleetledger.eventstore import open_store
+from tests.adapters.cloud.fake_arm import FakeArmServer, StaticTokenCredential
 from tests.adapters.cloud.support import PROFILE, SUBSCRIPTION
 
 from .support import EPOCH, SimulatedCrash, manual_runtime, request

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.nodes import NodeService
 from fleetledger.adapters.placement import (
     PlacementService,
     UnknownWorkload,
@@ -105,7 +106,9 @@ class TestBatch:
         service.place_batch([workload("a", 4000)])
         worker = service.status("a").worker
         assert worker is not None
-        join(service._nodes, worker)
+        nodes = service.nodes_service
+        assert isinstance(nodes, NodeService)
+        join(nodes, worker)
         service.place_batch([workload("b", 4000, priority=9)])
         assert service.status("a").node == worker
         assert service.status("b").state == "pending-provisioning"

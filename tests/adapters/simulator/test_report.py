@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from fleetledger.adapters import simulator
 from fleetledger.adapters.simulator import ComparisonReport, run_script
 from fleetledger.adapters.simulator.report import percentile
 
@@ -34,26 +33,3 @@ class TestComparison:
         assert comparison.cloud_call_ratio == 10.0
         assert "cloud create calls" in text and "batching latency p99" in text
         assert "naive makes 10.0x the cloud create calls of batched" in text
-
-
-class TestSurface:
-    def test_exports(self) -> None:
-        """``simulator.__all__`` is exactly the documented API, all importable."""
-        assert sorted(simulator.__all__) == [
-            "Arrival",
-            "COMPARE_MODES",
-            "ComparisonReport",
-            "Injection",
-            "Latency",
-            "Scenario",
-            "Script",
-            "SimulationReport",
-            "VirtualTime",
-            "compare_scenario",
-            "get_scenario",
-            "register_scenario",
-            "run_scenario",
-            "run_script",
-            "scenario_names",
-        ]
-        assert all(hasattr(simulator, name) for name in simulator.__all__)
