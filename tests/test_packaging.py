@@ -51,7 +51,7 @@ def _setuptools_table() -> Any:
 
 
 def _package_folders() -> set[str]:
-    return {
+    return {"fleetledger"} | {
         "fleetledger." + str(init.parent.relative_to(ROOT)).replace(os.sep, ".")
         for top in TOP_LEVEL_PACKAGES
         for init in (ROOT / top).rglob("__init__.py")
@@ -65,14 +65,13 @@ class TestPackageList:
         assert set(_setuptools_table()["packages"]) == _package_folders()
 
     def test_each_top_level_folder_maps_into_the_namespace(self) -> None:
-        """Each top-level folder is mapped to ``fleetledger.<folder>``, the namespace's own
-        ``fleetledger/`` folder to ``fleetledger``, and nothing else is."""
+        """Each top-level folder is mapped to ``fleetledger.<folder>``, the ``fleetledger/``
+        folder to the ``fleetledger`` package itself, and nothing else is."""
         mapping = _setuptools_table()["package-dir"]
         assert mapping == {
             "fleetledger": "fleetledger",
             **{f"fleetledger.{top}": top for top in TOP_LEVEL_PACKAGES},
         }
-        assert _setuptools_table()["py-modules"] == ["fleetledger.__main__"]
 
     def test_the_namespace_folder_links_each_top_level_folder(self) -> None:
         """``fleetledger/`` holds one relative link per top-level folder, so static tools see

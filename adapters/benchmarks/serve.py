@@ -231,7 +231,7 @@ def _server(url: str) -> Iterator[tuple[str, int]]:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     command = [
-        sys.executable, "-m", "fleetledger.adapters.cli", "--log-level", "warning", "serve",
+        sys.executable, "-m", "fleetledger", "--log-level", "warning", "serve",
         "--url", url, "--port", str(port), "--fake-latency", "0", "--idle-timeout", "0.05",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

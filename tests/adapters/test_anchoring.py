@@ -432,7 +432,7 @@ def served(sqlite_url: str, anchor_file: Path) -> Iterator[subprocess.Popen[str]
     """`fleetledger serve --anchor-file` in a process of its own, killed if a test hangs."""
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "fleetledger.adapters.cli", "--log-json", "serve",
+            sys.executable, "-m", "fleetledger", "--log-json", "serve",
             "--url", sqlite_url, "--port", str(_free_port()), "--fake-latency", "0",
             "--anchor-file", str(anchor_file), "--anchor-every", "3600",
         ],

@@ -56,7 +56,7 @@ class Controller:
         self._log = log_file.open("w")
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "fleetledger.adapters.cli", "serve",
+                sys.executable, "-m", "fleetledger", "serve",
                 "--url", url,
                 "--port", str(self.port),
                 "--fake-cloud-file", str(cloud_file),

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from fleetledger.adapters import cli
-from fleetledger.adapters.cli import EXIT_ERROR, EXIT_TAMPERED, EXIT_USAGE, main
+from fleetledger.adapters.cli import EXIT_ERROR, EXIT_TAMPERED, EXIT_USAGE, main, serve
 
 AZURE_VARIABLES = (
     "FLEETLEDGER_AZURE_SUBSCRIPTION_ID",
@@ -74,7 +73,7 @@ class TestPort:
         """A port in use exits 1 (never 3, which means tampered) with one line, and the store
         and so the runtime are never started."""
         opened: list[Any] = []
-        monkeypatch.setattr(cli, "open_store", lambda *a, **k: opened.append(a))
+        monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
 
         code = main(["serve", "--url", sqlite_url, "--port", str(taken_port)])
 

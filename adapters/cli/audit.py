@@ -1,0 +1,168 @@
+"""``fleetledger audit``: tamper evidence — verifying the hash chain, and anchoring the log's
+head outside the database.
+
+``serve`` signs its anchors with the same key options, so it shares :func:`add_key_options`
+and :func:`read_key`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from fleetledger.adapters.cli.common import EXIT_TAMPERED, print_json, require_database
+from fleetledger.adapters.cli.options import Subcommands, add_json, add_url
+from fleetledger.eventstore import open_store
+from fleetledger.eventstore._engine import resolve_url
+
+__all__ = ["add_key_options", "anchor", "read_key", "register", "verify"]
+
+log = structlog.get_logger("cli")
+
+
+def register(commands: Subcommands) -> None:
+    audit = commands.add_parser("audit", help="tamper evidence").add_subparsers(
+        dest="audit_command", required=True, metavar="ACTION"
+    )
+    verify_parser = audit.add_parser(
+        "verify", help="recompute the hash chain over the log, and check it against an anchor"
+    )
+    add_url(verify_parser)
+    add_json(verify_parser)
+    verify_parser.add_argument("--after", type=int, default=0)
+    verify_parser.add_argument(
+        "--anchor",
+        type=Path,
+        metavar="FILE",
+        help="also detect truncation and rewrites (even with recomputed hashes) up to this "
+        "anchor's position",
+    )
+    add_key_options(
+        verify_parser, ed25519_help="the Ed25519 public key (PEM) that checks the anchor"
+    )
+    verify_parser.set_defaults(run=verify)
+    anchor_parser = audit.add_parser(
+        "anchor", help="write the log's head, signed, to keep outside the database"
+    )
+    add_url(anchor_parser)
+    add_key_options(anchor_parser, ed25519_help="sign with this Ed25519 private key (PEM, PKCS#8)")
+    anchor_parser.add_argument(
+        "-o", "--output", type=Path, metavar="FILE", help="write the anchor here (default: stdout)"
+    )
+    anchor_parser.set_defaults(run=anchor)
+
+
+def add_key_options(parser: argparse.ArgumentParser, *, ed25519_help: str) -> None:
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--key-file",
+        type=Path,
+        metavar="FILE",
+        help="HMAC-SHA256 key, at least 32 bytes (default: $FLEETLEDGER_AUDIT_KEY)",
+    )
+    keys.add_argument("--ed25519-key", type=Path, metavar="FILE", help=ed25519_help)
+
+
+def verify(args: argparse.Namespace) -> int:
+    from fleetledger.eventstore.anchors import check_anchor, read_anchor
+
+    kept = read_anchor(args.anchor) if args.anchor is not None else None
+    verifier = _verifier(args) if kept is not None else None
+    require_database(resolve_url(args.url))
+    with open_store(args.url) as store:
+        head = store.head()
+
+        def progress(checked: int, last: int) -> None:
+            log.info("verifying hash chain", checked=checked, position=last, head=head)
+
+        report = store.verify(after=args.after, progress=progress)
+        checked = (
+            check_anchor(store, kept, verifier)
+            if kept is not None and verifier is not None
+            else None
+        )
+    ok = report.ok and (checked is None or checked.ok)
+    if args.json:
+        print_json(
+            {
+                "ok": ok,
+                "checked": report.checked,
+                "first_bad_position": report.first_bad_position,
+                "last_position": report.last_position,
+                "reason": report.reason,
+                "anchor": None
+                if checked is None
+                else {"ok": checked.ok, "position": checked.position, "reason": checked.reason},
+            }
+        )
+    elif not report.ok:
+        print(
+            f"TAMPERED: first bad position {report.first_bad_position} ({report.reason}); "
+            f"{report.checked} events before it verified. Restore from backup or investigate "
+            "who wrote to the events table outside fleetledger.",
+            file=sys.stderr,
+        )
+    elif checked is not None and not checked.ok:
+        print(
+            f"TAMPERED: {checked.reason}. Restore from backup or investigate who wrote to the "
+            "events table outside fleetledger.",
+            file=sys.stderr,
+        )
+    else:
+        print(f"ok: {report.checked} events verified up to position {report.last_position}")
+        if checked is not None:
+            print(f"ok: the log holds the anchored head {checked.position} unchanged")
+        else:
+            print(
+                "  without --anchor a deleted tail or a rewrite with recomputed hashes goes "
+                "unnoticed; see `fleetledger audit anchor`"
+            )
+    return 0 if ok else EXIT_TAMPERED
+
+
+def _verifier(args: argparse.Namespace) -> Any:
+    from fleetledger.eventstore.anchors import Ed25519Verifier, hmac_key_from
+
+    if args.ed25519_key is not None:
+        return Ed25519Verifier(read_key(args.ed25519_key))
+    return hmac_key_from(args.key_file)
+
+
+def read_key(path: Path) -> bytes:
+    from fleetledger.eventstore.anchors import AnchorError
+
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise AnchorError(f"cannot read the key file {str(path)!r}: {e.strerror}") from e
+
+
+def anchor(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from fleetledger.eventstore.anchors import (
+        Ed25519Signer,
+        Signer,
+        hmac_key_from,
+        make_anchor,
+        record_anchor,
+    )
+
+    signer: Signer = (
+        Ed25519Signer(read_key(args.ed25519_key))
+        if args.ed25519_key is not None
+        else hmac_key_from(args.key_file)
+    )
+    require_database(resolve_url(args.url))
+    with open_store(args.url) as store:
+        at = datetime.now(UTC)
+        if args.output is None:
+            print(make_anchor(store, signer, at=at).to_json())
+            return 0
+        recorded = record_anchor(store, signer, args.output, at=at)
+    print(f"anchored position {recorded.position} in {args.output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,190 @@
+"""``fleetledger bench``: benchmarks printing figures and ratios. Each benchmark's code is
+imported only when it runs."""
+
+from __future__ import annotations
+
+import argparse
+
+from fleetledger.adapters.cli.common import print_json
+from fleetledger.adapters.cli.options import Subcommands, add_json, add_url
+
+__all__ = ["grouper", "nodes", "placement", "register", "reliability", "serve", "store"]
+
+
+def register(commands: Subcommands) -> None:
+    bench = commands.add_parser("bench", help="benchmarks printing figures and ratios")
+    bench_commands = bench.add_subparsers(dest="bench_command", required=True, metavar="WHAT")
+    store_parser = bench_commands.add_parser("store", help="appends and replay against raw psycopg")
+    add_url(store_parser)
+    add_json(store_parser)
+    store_parser.add_argument("--events", type=int, default=2000)
+    store_parser.set_defaults(run=store)
+    _add_grouper(bench_commands)
+    _add_serve(bench_commands)
+    _add_nodes(bench_commands)
+    _add_placement(bench_commands)
+    _add_reliability(bench_commands)
+
+
+def _add_nodes(bench_commands: Subcommands) -> None:
+    parser = bench_commands.add_parser(
+        "nodes", help="agent permit requests per second through the HTTP endpoint (Postgres)"
+    )
+    add_url(parser)
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    add_json(parser)
+    parser.set_defaults(run=nodes)
+
+
+def _add_placement(bench_commands: Subcommands) -> None:
+    parser = bench_commands.add_parser(
+        "placement", help="planning and end-to-end placements per second over 1,000 nodes"
+    )
+    add_url(parser)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=100)
+    add_json(parser)
+    parser.set_defaults(run=placement)
+
+
+def _add_reliability(bench_commands: Subcommands) -> None:
+    parser = bench_commands.add_parser(
+        "reliability",
+        help="hostile inputs and database faults against the API: nothing lost or stalled "
+        "(exit 1 otherwise)",
+    )
+    add_url(parser)
+    parser.add_argument(
+        "--requests", type=int, default=300, help="requests in the faulted bursts (default 300)"
+    )
+    parser.add_argument(
+        "--drops", type=int, default=2, help="connection cuts on Postgres (default 2)"
+    )
+    parser.add_argument(
+        "--outage-seconds", type=float, default=2.0, help="how long each cut lasts (default 2)"
+    )
+    add_json(parser)
+    parser.set_defaults(run=reliability)
+
+
+def _add_serve(bench_commands: Subcommands) -> None:
+    parser = bench_commands.add_parser(
+        "serve", help="machine-request POSTs per second through a real `serve` on loopback"
+    )
+    add_url(parser)
+    parser.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
+    parser.add_argument("--requests", type=int, default=6000, help="POSTs to time (default 6000)")
+    add_json(parser)
+    parser.set_defaults(run=serve)
+
+
+def _add_grouper(bench_commands: Subcommands) -> None:
+    parser = bench_commands.add_parser(
+        "grouper", help="the pure Grouper's decide throughput and batching vs the minimum"
+    )
+    add_json(parser)
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--templates", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs; the best is reported")
+    parser.set_defaults(run=grouper)
+
+
+def store(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.store import run_store_bench
+
+    report = run_store_bench(args.url, events=args.events)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0
+
+
+def nodes(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.nodes import bench_nodes
+    from fleetledger.adapters.benchmarks.scratch import scratch_database
+
+    with scratch_database(args.url) as scratch:
+        report = bench_nodes(
+            scratch, nodes=args.nodes, pods=args.pods, clients=args.clients, seconds=args.seconds
+        )
+    if args.json:
+        print_json(report)
+    else:
+        for key, value in report.items():
+            print(f"  {key:<24} {value}")
+    return 0
+
+
+def placement(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.placement import run_placement_bench
+    from fleetledger.adapters.benchmarks.scratch import scratch_database
+
+    with scratch_database(args.url) as scratch:
+        report = run_placement_bench(scratch, nodes=args.nodes, batch=args.batch)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0
+
+
+def reliability(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.reliability import run_reliability_bench
+
+    report = run_reliability_bench(
+        args.url,
+        requests=args.requests,
+        connection_drops=args.drops,
+        outage_seconds=args.outage_seconds,
+    )
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0 if report.passed else 1
+
+
+def serve(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.serve import run_serve_bench
+
+    report = run_serve_bench(args.url, clients=args.clients, requests=args.requests)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0
+
+
+def grouper(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.grouper import run_grouper_bench
+
+    report = run_grouper_bench(
+        requests=args.requests, templates=args.templates, seed=args.seed, repeat=args.repeat
+    )
+    if args.json:
+        print_json(report.to_dict())
+        return 0
+    target = report.target_requests_per_second
+    reasons = ", ".join(f"{reason} {count}" for reason, count in report.seal_reasons)
+    print(
+        f"grouper decide: {report.requests} requests over {report.templates} templates "
+        f"(seed {report.seed}; idle {report.idle_timeout_s:g} s, max {report.max_timeout_s:g} s, "
+        f"batch <= {report.max_batch_size})"
+    )
+    print(
+        f"  throughput   {report.requests_per_second:,.0f} requests/s best of {report.repeat} "
+        f"(median {report.median_requests_per_second:,.0f}); "
+        f"{report.requests_per_second / target:.2f}x the {target:,} /s target "
+        f"({'met' if report.meets_target else 'MISSED'})"
+    )
+    print(
+        f"  cloud calls  {report.cloud_calls} for a minimum of {report.min_cloud_calls} "
+        f"({report.calls_ratio:.2f}x the minimum); mean batch {report.mean_batch_size:.1f}, "
+        f"largest {report.largest_batch}; sealed by {reasons}"
+    )
+    return 0
