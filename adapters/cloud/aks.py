@@ -5,9 +5,10 @@ Seed 01 ("BatchPutMachine Header"): the PUT body carries the shared template onc
 PUT is addressed to the batch's first machine (the API's resource URL names one machine); the
 header, not the URL, says which machines to make. The header keeps seed 01's shape,
 ``{"vmSkus": {"value": []}, "batchMachines": [...]}``: the service reads ``batchMachines`` and
-accepts the header with or without ``vmSkus``, and the log records the header exactly as sent
-(:func:`fleetledger.domain.machines.batch_put_machine_header`), so changing the shape would
-change every recorded dispatch for nothing.
+accepts the header with or without ``vmSkus``, and the log records the header in that shape
+(:func:`fleetledger.domain.machines.batch_put_machine_header`; the adapter adds only the
+ownership tags, see below), so changing the shape would change every recorded dispatch for
+nothing.
 
 The PUT is the SDK's typed ``machines.begin_create_or_update`` (azure-mgmt-containerservice
 41.9.0b1 and later), with the header attached and its poller discarded. The client must speak the
@@ -36,11 +37,24 @@ retries off (``retry_total=0``); after a lost answer the machines a GET cannot f
 have started) are sent once more, and a machine the service says failed is read before it is
 reported failed: if it exists and its ownership tags are ours, it started after all.
 
-Ownership: the body's ``tags`` name the owner and the batch (:data:`OWNER_TAG`, :data:`BATCH_TAG`);
-they reach every machine of the batch. Per-machine tags travel in the header, so that is where
-each machine's request id goes (:data:`~fleetledger.domain.machines.REQUEST_TAG`). A machine
-that exists under another owner's tags is never taken over: its request fails with
-:class:`NameInUse`.
+Ownership: in batch mode the service discards the body's ``zones`` and ``tags`` and gives each
+machine the zones and tags of its own header entry (the Karpenter Azure provider's batch design,
+github.com/Azure/karpenter-provider-azure ``designs/0010-aks-machines-batch-creation.md``:
+"Zone/Tags fields in the shared body will be discarded"). So the body carries neither, and
+every header entry carries the machine's own tags plus the owner and the batch (:data:`OWNER_TAG`,
+:data:`BATCH_TAG`) and its request id (:data:`~fleetledger.domain.machines.REQUEST_TAG`). Tags
+in the body would reach no machine: a machine read back after a lost answer, a 5xx or a replay
+would look like someone else's, and a failed leftover would never be deleted.
+
+A machine is ours when its :data:`OWNER_TAG` is our owner. One with no owner tag at all but
+whose :data:`REQUEST_TAG` is the request we are creating it for is ours too: it was made by an
+earlier version of this adapter, whose owner tag the service discarded, and no one else could
+have named it after our request. A machine under another owner's tags is never taken over: its
+request fails with :class:`NameInUse`.
+
+The header sent therefore differs from the one the coordinator records
+(:func:`fleetledger.domain.machines.batch_put_machine_header`) by exactly the two ownership tags
+per machine, which this adapter adds; names, zones, caller tags and request ids are the same.
 
 Failed leftovers: a machine whose provisioning failed stays in the pool as a failed resource; it is
 deleted (``delete_failed``) and the result says so (``BatchCreateResult.deleted``). One of ours
@@ -50,7 +64,7 @@ that ``read_machine`` finds failed is deleted too (``MachineObservation.deleted`
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -63,6 +77,7 @@ from azure.core.exceptions import (
 )
 
 from fleetledger.adapters.clock import Clock, SystemClock
+from fleetledger.domain.machines import REQUEST_TAG
 from fleetledger.domain.template import MachineTemplate
 
 from .arm import invalid_tag_keys, provisioning_status, sole_zone
@@ -214,7 +229,9 @@ class AksMachinesCloud:
         machines: Sequence[MachineSpec],
         on_progress: ProgressCallback | None,
     ) -> BatchCreateResult:
-        body = machine_body(request.template, tags=self._ownership(request.batch_id))
+        body = machine_body(request.template)
+        machines = [self._owned(spec, request.batch_id) for spec in machines]
+        specs = {spec.machine_name: spec for spec in machines}
         started, refused = self._put(machines, body)
         failed: dict[str, CloudError] = {}
         if refused is None:
@@ -237,7 +254,7 @@ class AksMachinesCloud:
                 continue  # unknown: reading it later decides
             if machine is None:
                 failed[name] = error
-            elif self._is_ours(machine):
+            elif self._is_ours(machine, specs[name]):
                 started.append(name)  # ours already: a replay, or a create that did start
             else:
                 failed[name] = _name_in_use(name)
@@ -301,7 +318,7 @@ class AksMachinesCloud:
                 continue  # unknown: reading it later decides
             if machine is None:
                 unstarted.append(spec)
-            elif self._is_ours(machine):
+            elif self._is_ours(machine, spec):
                 started.append(spec.machine_name)
             else:
                 failed[spec.machine_name] = _name_in_use(spec.machine_name)
@@ -361,9 +378,17 @@ class AksMachinesCloud:
             return replace(seen, deleted=True)
         return seen
 
-    def _is_ours(self, machine: Machine) -> bool:
+    def _is_ours(self, machine: Machine, spec: MachineSpec | None = None) -> bool:
+        """Its tags, as the service reports them, say the machine is ours (for ``spec``)."""
         tags = (machine.properties.tags if machine.properties else None) or {}
-        return tags.get(OWNER_TAG) == self._owner
+        owner = tags.get(OWNER_TAG)
+        if owner is not None:
+            return owner == self._owner
+        # No owner tag: a machine of an earlier version of this adapter (its owner tag went in
+        # the body, which batch mode discards) is still recognised by the request it was made
+        # for, which only we could have put in its header entry.
+        request_id = spec.request_id if spec is not None else None
+        return request_id is not None and tags.get(REQUEST_TAG) == request_id
 
     def _delete(self, names: list[str]) -> bool:
         """Delete failed leftovers so nothing billed stays behind; ``False`` if it was refused."""
@@ -404,8 +429,13 @@ class AksMachinesCloud:
                 f"an agent pool in mode Machines"
             )
 
-    def _ownership(self, batch_id: str) -> dict[str, str]:
-        return {OWNER_TAG: self._owner, BATCH_TAG: batch_id}
+    def _owned(self, spec: MachineSpec, batch_id: str) -> MachineSpec:
+        """``spec`` with the owner and batch tags in its own tags, so in its header entry: batch
+        mode applies only the header's tags (ownership is ours to state, over a caller's tag of
+        the same name)."""
+        ownership = {OWNER_TAG: self._owner, BATCH_TAG: batch_id}
+        tags = tuple((k, v) for k, v in spec.tags if k not in ownership)
+        return replace(spec, tags=tags + tuple(ownership.items()))
 
     def _machine_token(self, machine_name: str) -> str:
         return (
@@ -414,8 +444,12 @@ class AksMachinesCloud:
         )
 
 
-def machine_body(template: MachineTemplate, *, tags: Mapping[str, str] | None = None) -> Machine:
-    """The PUT body: the template as a typed AKS machine (per-machine fields are in the header)."""
+def machine_body(template: MachineTemplate) -> Machine:
+    """The PUT body: the template as a typed AKS machine, without zones or tags.
+
+    Batch mode discards the body's zones and tags (each machine gets its header entry's), so
+    they would only mislead a reader of the request; every per-machine field is in the header.
+    """
     from azure.mgmt.containerservice import models
 
     hardware = models.MachineHardwareProfile(
@@ -447,7 +481,6 @@ def machine_body(template: MachineTemplate, *, tags: Mapping[str, str] | None = 
         mode=template.mode,
         priority="Spot" if template.priority == "spot" else "Regular",
         network=network,
-        tags=dict(tags) if tags else None,
     )
     return models.Machine(properties=properties)
 

@@ -19,6 +19,20 @@ Served resources (one server per test; machine names are shared across the two A
 The AKS batch PUT answers as the service does (the contract of the AKS machines batch API, as the
 Karpenter Azure provider's design for header batching records it):
 
+- in batch mode (a ``BatchPutMachine`` header is present) the body is the shared template only:
+  its ``zones`` and ``properties.tags`` are *discarded*, and each machine gets exactly the
+  ``zones`` (a list of strings) and ``tags`` (a string-to-string object) of its own
+  ``batchMachines[]`` entry, nothing merged from the body. Without the header, the body's zones
+  and tags are the one machine's. Sources: ``designs/0010-aks-machines-batch-creation.md`` in
+  github.com/Azure/karpenter-provider-azure ("Zone/Tags fields in the shared body will be
+  discarded"; the machine table there takes each machine's tags and zone from its header entry),
+  the same repository's ``pkg/providers/azclient/aksmachinesheaderbatch/header.go`` (a
+  ``MachineEntry`` is ``machineName`` string, ``zones`` []string, ``tags`` map[string]string),
+  ``…/aksmachinesheaderbatch/batchkey.go`` (``buildSharedAKSMachineTemplate`` nils the body's
+  tags and drops the top-level zones before the PUT) and ``pkg/fake/aksmachinesapi.go``
+  (``createOneBatchMachine`` applies each entry's zones and tags to its machine); and
+  azure-mgmt-containerservice's ``Machine`` model (``zones`` on the machine, ``tags`` on its
+  ``MachineProperties``), which is the body's shape;
 - every machine of the header must carry a ``fleetledger-request`` tag (the controller's rule, not
   the service's: a machine that cannot be traced to its request is a bug), else the batch is
   refused as a whole with ``400 MissingRequestTag``;
@@ -44,9 +58,10 @@ Scripts: :meth:`~FakeArmServer.set_quota`, :meth:`~FakeArmServer.gate_puts`,
 :meth:`~FakeArmServer.fail_async`, :meth:`~FakeArmServer.refuse_machine`,
 :meth:`~FakeArmServer.lose_response`, :meth:`~FakeArmServer.drop_next_puts`,
 :meth:`~FakeArmServer.break_next_polls`, :meth:`~FakeArmServer.throttle`,
-:meth:`~FakeArmServer.fail_next_puts`. :meth:`~FakeArmServer.plant_machine` makes a machine
-exist beforehand (someone else's, say). Every request is recorded
-(:attr:`~FakeArmServer.requests`), every deletion too (:attr:`~FakeArmServer.deletions`).
+:meth:`~FakeArmServer.fail_next_puts`, :meth:`~FakeArmServer.fail_next_puts_after_handling`.
+:meth:`~FakeArmServer.plant_machine` makes a machine exist beforehand (someone else's, say).
+Every request is recorded (:attr:`~FakeArmServer.requests`), every deletion too
+(:attr:`~FakeArmServer.deletions`).
 """
 
 from __future__ import annotations
@@ -191,6 +206,7 @@ class FakeArmServer:
         self._lost: set[str] = set()
         self._throttles: list[float] = []
         self._drops = 0
+        self._late_failures: list[tuple[int, str, str]] = []
         self._broken_polls = 0
         self._refusals: dict[str, tuple[str, str, bool]] = {}
         self._put_failures: list[tuple[int, str, str]] = []
@@ -315,6 +331,14 @@ class FakeArmServer:
         """Answer the next ``count`` PUTs with an ordinary ARM error; nothing is created."""
         with self._cond:
             self._put_failures.extend([(status, code, message)] * count)
+
+    def fail_next_puts_after_handling(
+        self, status: int, code: str, message: str, *, count: int = 1
+    ) -> None:
+        """Handle the next ``count`` PUTs fully (their machines are made), then answer each with
+        an ordinary ARM error instead: a 5xx that says nothing of what was started."""
+        with self._cond:
+            self._late_failures.extend([(status, code, message)] * count)
 
     def set_agent_pool(self, pool: str, *, mode: str | None) -> None:
         """Give ``pool`` a mode (``None``: the pool does not exist). Unset pools are Machines."""
@@ -448,6 +472,9 @@ class FakeArmServer:
                 if self._drops > 0:
                     self._drops -= 1
                     return _Reply(None)
+                if self._late_failures:
+                    status, code, message = self._late_failures.pop(0)
+                    return _error(status, code, message)
                 return reply
             finally:
                 # Leave the count before the answer is written, so a bounded client's next PUT
@@ -544,15 +571,17 @@ class FakeArmServer:
         # AKS checks quota for the batch as a whole: all its new machines fit, or none is made.
         if self._over_quota(len(new)):
             return _quota_error()
-        shared_tags = dict((payload.get("properties") or {}).get("tags") or {})
+        # Batch mode: the body's zones and tags are discarded; each machine gets its header
+        # entry's own (see the module docstring). Without the header the body is the machine's.
+        shared = {k: v for k, v in (payload.get("properties") or {}).items() if k != "tags"}
         machines = [
             _Machine(
                 name=m["machineName"],
                 kind="aks",
                 resource_id=prefix + m["machineName"],
                 zones=list(m.get("zones") or []),
-                tags={**shared_tags, **dict(m.get("tags") or {})},
-                properties=dict(payload.get("properties") or {}),
+                tags=dict(m.get("tags") or {}),
+                properties=dict(shared),
                 state="Creating",
                 polls_left=self._polls_before_done,
             )

@@ -90,7 +90,8 @@ class TestBatchPut:
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
         """The header is the compact JSON of every machine, in order, with [] and {} defaults,
-        each machine tagged with its request."""
+        each machine tagged with its owner, its batch and its request: batch mode applies only
+        the header's tags."""
         request = batch("m-1", "m-2", zones=("1",))
 
         aks_cloud.create_batch(request)
@@ -98,8 +99,10 @@ class TestBatchPut:
         assert fake_arm.puts()[0].header("BatchPutMachine") == (
             '{"vmSkus":{"value":[]},"batchMachines":['
             '{"machineName":"m-1","zones":["1"],"tags":{"team":"platform","machine":"m-1",'
+            '"fleetledger-owner":"fleetledger","fleetledger-batch":"batch-1",'
             '"fleetledger-request":"req-m-1"}},'
             '{"machineName":"m-2","zones":[],"tags":{"team":"platform","machine":"m-2",'
+            '"fleetledger-owner":"fleetledger","fleetledger-batch":"batch-1",'
             '"fleetledger-request":"req-m-2"}}]}'
         )
 
@@ -113,11 +116,12 @@ class TestBatchPut:
         assert put.path.endswith(_MACHINES + "m-7")
         assert put.query["api-version"] == PREVIEW_API_VERSION
 
-    def test_body_is_the_typed_template_with_ownership_tags(
+    def test_body_is_the_typed_template_without_zones_or_tags(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
-        """The body is the typed model's JSON (``enableFIPS``, as the API spells it) plus the
-        owner and batch tags; names and zones stay in the header."""
+        """The body is the typed model's JSON (``enableFIPS``, as the API spells it) and nothing
+        else: batch mode discards a body's zones and tags, so names, zones and every tag
+        (ownership included) stay in the header."""
         aks_cloud.create_batch(batch("m-1", zones=("1",)))
 
         body = fake_arm.puts()[0].json()
@@ -142,7 +146,6 @@ class TestBatchPut:
                     "vnetSubnetID": "/subscriptions/s/resourceGroups/rg/providers"
                     "/Microsoft.Network/virtualNetworks/v/subnets/a"
                 },
-                "tags": {OWNER_TAG: "fleetledger", BATCH_TAG: "batch-1"},
             }
         }
 
@@ -395,7 +398,8 @@ class TestOwnership:
     def test_every_machine_carries_the_owner_and_batch_tags(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
-        """The shared tags reach every machine, beside its own header tags."""
+        """Read back from the service, every machine carries the owner and batch tags beside
+        its own tags: they travel in its header entry, the only tags batch mode applies."""
         aks_cloud.create_batch(batch("m-1", "m-2", batch_id="b-9"))
 
         for name in ("m-1", "m-2"):
@@ -430,6 +434,42 @@ class TestOwnership:
         assert isinstance(result.failed["m-2"], NameInUse)
         assert "another owner" in result.failed["m-2"].message
         assert fake_arm.machine_tags("m-2") == {OWNER_TAG: "someone-else"}
+        assert fake_arm.deletions == ()
+
+    def test_a_caller_tag_cannot_claim_ownership(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A caller's tag named like the owner tag is overridden: ownership is ours to state."""
+        request = BatchCreate(
+            "b-1",
+            TEMPLATE,
+            (MachineSpec("m-1", tags=((OWNER_TAG, "mallory"),), request_id="req-m-1"),),
+        )
+
+        aks_cloud.create_batch(request)
+
+        assert fake_arm.machine_tags("m-1")[OWNER_TAG] == "fleetledger"
+
+    def test_an_earlier_versions_machine_is_recognised_by_its_request_tag(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A machine made before ownership moved into the header has no owner tag (the service
+        discarded the body's) but carries the request it was made for: it is ours, created."""
+        fake_arm.plant_machine("m-1", tags={REQUEST_TAG: "req-m-1"})
+
+        result = aks_cloud.create_batch(batch("m-1"))
+
+        assert set(result.created) == {"m-1"}
+
+    def test_an_untagged_machine_of_another_request_is_not_ours(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """Without an owner tag, only the very request id makes a machine ours."""
+        fake_arm.plant_machine("m-1", tags={REQUEST_TAG: "req-other"})
+
+        result = aks_cloud.create_batch(batch("m-1"))
+
+        assert isinstance(result.failed["m-1"], NameInUse)
         assert fake_arm.deletions == ()
 
     def test_a_name_held_by_us_is_taken_over(
@@ -524,3 +564,87 @@ class TestFailedLeftovers:
 
         assert (seen.status, seen.deleted) == ("failed", False)
         assert fake_arm.machine_state("m-1") == "Failed"
+
+
+def _delete_posts(server: FakeArmServer) -> list[list[str]]:
+    """The machine names of every ``deleteMachines`` POST, in order."""
+    return [
+        list(r.json()["machineNames"])
+        for r in server.requests
+        if r.method == "POST" and r.path.endswith("/deleteMachines")
+    ]
+
+
+def _assert_ours(server: FakeArmServer, names: Sequence[str], batch_id: str) -> None:
+    for name in names:
+        tags = server.machine_tags(name)
+        assert (tags[OWNER_TAG], tags[BATCH_TAG], tags[REQUEST_TAG]) == (
+            "fleetledger",
+            batch_id,
+            f"req-{name}",
+        ), name
+
+
+class TestBatchModeRecovery:
+    """The service applies only header tags: after a lost answer, a 5xx or a replay, every
+    machine must still read back as ours, and a failed leftover must be deleted."""
+
+    def test_after_a_lost_answer_machines_are_ours_and_a_failed_one_is_deleted(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """The service made the machines but the answer never came: each is read back, found
+        ours by its tags, and the one that failed is deleted through deleteMachines."""
+        fake_arm.drop_next_puts()
+        fake_arm.fail_async("m-2", "AllocationFailed")
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2", "m-3", batch_id="b-lost"))
+
+        assert set(result.created) == {"m-1", "m-3"}
+        assert isinstance(result.failed["m-2"], CapacityUnavailable)
+        assert result.deleted == ("m-2",)
+        assert _delete_posts(fake_arm) == [["m-2"]]
+        assert len(fake_arm.puts()) == 1
+        _assert_ours(fake_arm, ["m-1", "m-3"], "b-lost")
+        assert fake_arm.machine_names() == ("m-1", "m-3")
+
+    def test_after_a_5xx_machines_are_ours_and_a_failed_one_is_deleted(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A 500 without per-machine details came after the service made the machines: none is
+        reported "name in use", none is sent again, and the failed one is deleted."""
+        fake_arm.fail_next_puts_after_handling(500, "InternalServerError", "oops")
+        fake_arm.fail_async("m-1", "AllocationFailed")
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2", batch_id="b-5xx"))
+
+        assert set(result.created) == {"m-2"}
+        assert isinstance(result.failed["m-1"], CapacityUnavailable)
+        assert result.deleted == ("m-1",)
+        assert _delete_posts(fake_arm) == [["m-1"]]
+        assert len(fake_arm.puts()) == 1
+        assert fake_arm.creations == ("m-1", "m-2")
+        _assert_ours(fake_arm, ["m-2"], "b-5xx")
+
+    def test_a_replayed_batch_finds_its_machines_ours_and_deletes_a_failed_one(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """The controller died after the batch PUT; a new process replays the batch. The service
+        answers "exists" for every machine; each reads back as ours, the failed one is deleted,
+        and nothing is made twice."""
+        fake_arm.fail_async("m-2", "AllocationFailed")
+
+        def crash(accepted: Sequence[ProgressNote]) -> None:
+            raise Crash
+
+        with pytest.raises(Crash):
+            _cloud(aks_client).create_batch(batch("m-1", "m-2", batch_id="b-re"), on_progress=crash)
+
+        again = _cloud(aks_client).create_batch(batch("m-1", "m-2", batch_id="b-re"))
+
+        assert fake_arm.puts()[-1].status == 400  # BatchMachineClientError: both exist
+        assert set(again.created) == {"m-1"}
+        assert isinstance(again.failed["m-2"], CapacityUnavailable)
+        assert again.deleted == ("m-2",)
+        assert _delete_posts(fake_arm) == [["m-2"]]
+        assert fake_arm.creations == ("m-1", "m-2")
+        _assert_ours(fake_arm, ["m-1"], "b-re")

@@ -69,6 +69,55 @@ class TestRequestTags:
         assert fake_arm.creations == ()
 
 
+class TestBatchMode:
+    def test_body_zones_and_tags_are_discarded_and_each_entry_applies_its_own(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """With the header, the body's zones and tags reach no machine; each machine gets exactly
+        its own header entry's zones and tags, nothing merged."""
+        body = machine_body(TEMPLATE)
+        assert body.properties is not None
+        body.properties.tags = {"from-body": "x"}
+        body.zones = ["3"]
+        specs = [
+            MachineSpec("m-1", zones=("1",), tags=(("k", "a"),), request_id="req-m-1"),
+            MachineSpec("m-2", request_id="req-m-2"),
+        ]
+
+        aks_client.machines.begin_create_or_update(
+            "rg",
+            "fleet",
+            "burst",
+            "m-1",
+            body,
+            headers={BATCH_PUT_MACHINE_HEADER: header_of(specs)},
+            polling=False,
+        )
+
+        assert fake_arm.machine_tags("m-1") == {"k": "a", "fleetledger-request": "req-m-1"}
+        assert fake_arm.machine_tags("m-2") == {"fleetledger-request": "req-m-2"}
+        zones = {
+            n: aks_client.machines.get("rg", "fleet", "burst", n).zones for n in ("m-1", "m-2")
+        }
+        assert zones == {"m-1": ["1"], "m-2": []}
+
+    def test_without_the_header_the_body_is_the_one_machine(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """A plain PUT (no header) makes the URL's machine with the body's zones and tags."""
+        body = machine_body(TEMPLATE)
+        assert body.properties is not None
+        body.properties.tags = {"fleetledger-request": "req-m-1"}
+        body.zones = ["2"]
+
+        aks_client.machines.begin_create_or_update(
+            "rg", "fleet", "burst", "m-1", body, polling=False
+        )
+
+        assert fake_arm.machine_tags("m-1") == {"fleetledger-request": "req-m-1"}
+        assert aks_client.machines.get("rg", "fleet", "burst", "m-1").zones == ["2"]
+
+
 class TestBatchErrors:
     def test_client_errors_come_flat_with_a_target_per_failed_machine(
         self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
