@@ -1,4 +1,4 @@
-"""``CloudMachines`` on the AKS machines API: one batch PUT, then one GET per machine.
+"""``CloudMachines`` on the AKS machines API: one batch PUT, then one list of the pool per poll.
 
 Seed 01 ("BatchPutMachine Header"): the PUT body carries the shared template once; the
 ``BatchPutMachine`` header lists every machine of the batch with its name, zones and tags. The
@@ -19,9 +19,8 @@ forever). Reads go through the same client, so through the same version.
 How the service answers the batch PUT, and how this adapter reads it:
 
 - ``2xx``: every machine of the header has started. The ``Azure-AsyncOperation`` it returns covers
-  only the machine the URL names, so each machine's progress is read with its own GET until it is
-  ``Succeeded`` or ``Failed`` (its ``status.provisioningError`` says why) or ``poll_timeout``
-  passes (then it stays *unknown*).
+  only the machine the URL names, so the machines' progress is read from the pool (see
+  "Progress" below) until each is final or ``poll_timeout`` passes (then it stays *unknown*).
 - a flat error body (no ``error`` wrapper) with code ``BatchMachineClientError`` lists the
   machines that did not start in ``details[]`` (``target`` is the machine name, each with its own
   code and message); with ``BatchMachineInternalServerError`` the same list is JSON inside
@@ -29,6 +28,20 @@ How the service answers the batch PUT, and how this adapter reads it:
 - any other error code applies to every machine of the batch, and nothing started: the call
   raises the classified :class:`CloudError`.
 - a lost answer or a 5xx without per-machine details: nothing is known, so each machine is read.
+
+Progress. Each poll lists the pool's machines once (the SDK's ``machines.list``, ``GET
+…/agentPools/{pool}/machines``, which pages through ``nextLink``): a batch of 50 costs one list
+(and its pages) per poll, not 50 GETs. A machine of the batch the list does not show (a list can
+lag a create) is read with its own GET; if the list itself fails, that poll reads nothing and
+the next one tries again. The preview ``Machine``'s ``provisioningState`` decides:
+
+- ``Succeeded``: created;
+- ``Failed`` (or ``Canceled``): failed with its ``status.provisioningError``, and deleted (below);
+- ``Deleting``: failed at once. Something is deleting the machine under its create, so it will
+  never succeed; waiting would only hold the request until ``poll_timeout``. It is reported as a
+  retryable :class:`UnknownCloudError` (provider code ``MachineDeleting``), since the name is
+  free again once the deletion ends, and no delete is sent: one is already under way;
+- anything else (``Creating``, ``Updating``…): still creating.
 
 Retries. azure-core's retry policy re-sends a PUT after a 5xx, a 429 or a lost answer, and the
 service answers a machine that already exists with an error, so a replayed batch would report
@@ -128,6 +141,8 @@ BATCH_TAG = "fleetledger-batch"
 _BATCH_CLIENT_ERROR = "BatchMachineClientError"
 _BATCH_INTERNAL_ERROR = "BatchMachineInternalServerError"
 _MACHINES_MODE = "machines"
+# Not an Azure error code: ours, for a machine found Deleting while we create it.
+_DELETING_CODE = "MachineDeleting"
 
 
 class AksMachinesCloud:
@@ -217,7 +232,7 @@ class AksMachinesCloud:
             # done.
             awaited = self._await([machine_name]).get(machine_name)
             seen = awaited if awaited is not None else self._observe(machine_name)
-        if seen.status == "failed" and self._delete_failed:
+        if seen.status == "failed" and self._delete_failed and not _being_deleted(seen):
             return self._delete_if_ours(seen)
         return seen
 
@@ -268,7 +283,7 @@ class AksMachinesCloud:
                 created[name] = seen.provider_id
             elif seen.status == "failed" and seen.error is not None:
                 failed[name] = seen.error
-                if self._delete_failed and self._delete([name]):
+                if self._delete_failed and not _being_deleted(seen) and self._delete([name]):
                     deleted.append(name)
         return BatchCreateResult(created=created, failed=failed, deleted=tuple(deleted))
 
@@ -327,16 +342,20 @@ class AksMachinesCloud:
     # -- reading machines ---------------------------------------------------------------------
 
     def _await(self, names: Sequence[str]) -> dict[str, MachineObservation]:
-        """Read each machine until it is final or ``poll_timeout`` passes; unread ones are left
-        out (unknown)."""
+        """Poll the machines until each is final or ``poll_timeout`` passes; unread ones are
+        left out (unknown)."""
         deadline = self._clock.now() + self._poll_timeout
         final: dict[str, MachineObservation] = {}
         waiting = list(names)
         while waiting:
+            listed = self._list()
             still: list[str] = []
             for name in waiting:
+                if listed is None:
+                    still.append(name)  # the list failed, not the machine: read it next poll
+                    continue
                 try:
-                    seen = self._observe(name)
+                    seen = self._progress(name, listed)
                 except CloudError:
                     continue  # a failed read says nothing about the machine: unknown
                 if seen.status == "creating":
@@ -348,6 +367,23 @@ class AksMachinesCloud:
                 break
             self._clock.sleep(self._poll_interval)
         return final
+
+    def _list(self) -> dict[str, Machine] | None:
+        """The pool's machines by name, every page followed; ``None`` if the list failed."""
+        try:
+            pages = self._client.machines.list(
+                self._resource_group, self._cluster_name, self._agent_pool
+            )
+            return {machine.name: machine for machine in pages if machine.name}
+        except AzureError:
+            return None
+
+    def _progress(self, machine_name: str, listed: dict[str, Machine]) -> MachineObservation:
+        """The machine as the list shows it, or as its own GET does if the list lags it."""
+        machine = listed.get(machine_name)
+        if machine is None:
+            return self._observe(machine_name)
+        return _observation_of(machine_name, machine)
 
     def _observe(self, machine_name: str) -> MachineObservation:
         machine = self._get(machine_name)
@@ -535,9 +571,23 @@ def _name_in_use(machine_name: str) -> NameInUse:
     )
 
 
+def _being_deleted(seen: MachineObservation) -> bool:
+    """The machine failed because it is being deleted: no delete of ours is needed."""
+    return seen.error is not None and seen.error.provider_code == _DELETING_CODE
+
+
 def _observation_of(machine_name: str, machine: Machine) -> MachineObservation:
     properties = machine.properties
     state = str((properties.provisioning_state if properties else None) or "")
+    provider_id = str(machine.id) if machine.id else None
+    if state.lower() == "deleting":
+        deleting = UnknownCloudError(
+            f"machine {machine_name} is being deleted while it was being created, so it will "
+            "never be ready; create it again once the deletion has finished",
+            retryable=True,
+            provider_code=_DELETING_CODE,
+        )
+        return MachineObservation(machine_name, "failed", provider_id, deleting)
     status = provisioning_status(state)
     error: CloudError | None = None
     if status == "failed":
@@ -549,5 +599,4 @@ def _observation_of(machine_name: str, machine: Machine) -> MachineObservation:
         error = classify_arm_error(code, message, zone=sole_zone(machine.zones))
         if isinstance(error, UnknownCloudError) and not error.message:
             error = UnknownCloudError(f"machine {machine_name} failed to provision")
-    provider_id = str(machine.id) if machine.id else None
     return MachineObservation(machine_name, status, provider_id, error)

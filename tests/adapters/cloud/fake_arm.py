@@ -14,6 +14,11 @@ Served resources (one server per test; machine names are shared across the two A
   ``…/agentPools/{p}/deleteMachines`` — POST;
 - ``…/agentPools/{p}/machines/{name}`` — PUT of a whole batch listed in the ``BatchPutMachine``
   header, GET of one machine;
+- ``…/agentPools/{p}/machines`` — GET of the pool's machines, paged as the SDK's
+  ``machines.list`` reads them (azure-mgmt-containerservice ``MachinesOperations.list``: an
+  ``ItemPaged`` over ``{"value": [...], "nextLink": ...}`` pages; it follows ``nextLink`` with
+  the link's own query plus the client's ``api-version``). Pages hold ``list_page_size``
+  machines; each listing is a snapshot taken at its first page, so its later pages never shift;
 - ``…/locations/{loc}/operations/{id}`` — the ``Azure-AsyncOperation`` status of a create.
 
 The AKS batch PUT answers as the service does (the contract of the AKS machines batch API, as the
@@ -46,7 +51,12 @@ Karpenter Azure provider's design for header batching records it):
   error body and starts nothing;
 - all started: ``201`` with an ``Azure-AsyncOperation`` that covers only the machine the URL
   names. Every other machine's progress is read with its own GET, which reports ``Creating``
-  ``polls_before_done`` times, then the outcome;
+  ``polls_before_done`` times, then the outcome. A list is a read too: every machine it shows
+  moves on as its own GET would move it;
+- a machine's ``provisioningState`` is one of the preview ``Machine`` model's states:
+  ``Creating``, ``Succeeded``, ``Failed`` (with ``status.provisioningError``) and ``Deleting``
+  (a machine being deleted under its create, scripted with
+  :meth:`~FakeArmServer.delete_while_creating`; it stays ``Deleting``);
 - GETs are shaped by the API version asked for: a stable (non ``-preview``) version has no
   ``provisioningState`` and no ``status``, and only a preview version can create machines.
 
@@ -58,7 +68,11 @@ Scripts: :meth:`~FakeArmServer.set_quota`, :meth:`~FakeArmServer.gate_puts`,
 :meth:`~FakeArmServer.fail_async`, :meth:`~FakeArmServer.refuse_machine`,
 :meth:`~FakeArmServer.lose_response`, :meth:`~FakeArmServer.drop_next_puts`,
 :meth:`~FakeArmServer.break_next_polls`, :meth:`~FakeArmServer.throttle`,
-:meth:`~FakeArmServer.fail_next_puts`, :meth:`~FakeArmServer.fail_next_puts_after_handling`.
+:meth:`~FakeArmServer.fail_next_puts`, :meth:`~FakeArmServer.fail_next_puts_after_handling`,
+:meth:`~FakeArmServer.delete_while_creating`, :meth:`~FakeArmServer.break_next_lists`;
+:meth:`~FakeArmServer.hide_from_lists` leaves a
+machine out of the next lists. A machine whose answer is lost (:meth:`~FakeArmServer.lose_response`)
+is left out of lists until its failing read has been answered.
 :meth:`~FakeArmServer.plant_machine` makes a machine exist beforehand (someone else's, say).
 Every request is recorded (:attr:`~FakeArmServer.requests`), every deletion too
 (:attr:`~FakeArmServer.deletions`).
@@ -103,6 +117,12 @@ _AKS_PATH = re.compile(
     rf"^(?P<prefix>/subscriptions/(?P<sub>{_SEGMENT})/resourceGroups/{_SEGMENT}"
     rf"/providers/Microsoft\.ContainerService/managedClusters/{_SEGMENT}"
     rf"/agentPools/{_SEGMENT}/machines/)(?P<name>{_SEGMENT})$",
+    re.IGNORECASE,
+)
+_AKS_LIST_PATH = re.compile(
+    rf"^/subscriptions/{_SEGMENT}/resourceGroups/{_SEGMENT}"
+    rf"/providers/Microsoft\.ContainerService/managedClusters/{_SEGMENT}"
+    rf"/agentPools/{_SEGMENT}/machines$",
     re.IGNORECASE,
 )
 _POOL_PATH = re.compile(
@@ -162,11 +182,12 @@ class _Machine:
     zones: list[str]
     tags: dict[str, str]
     properties: dict[str, Any]
-    state: str  # ARM provisioningState: Creating, Succeeded, Failed
+    state: str  # ARM provisioningState: Creating, Succeeded, Failed, Deleting
     error: dict[str, str] | None = None  # set when state is Failed
     pending_error: dict[str, str] | None = None  # the failure its create will end in
     polls_left: int = 0  # GETs still answered Creating (AKS machines settle on their own GETs)
     broken_gets: int = 0  # GETs still answered 500
+    ends_deleting: bool = False  # its create ends in Deleting (deleted under the create)
 
 
 @dataclass(slots=True)
@@ -191,9 +212,18 @@ class _Reply:
 class FakeArmServer:
     """A threaded HTTPS server on ``127.0.0.1``; use as a context manager."""
 
-    def __init__(self, *, location: str = "westus3", polls_before_done: int = 1) -> None:
+    def __init__(
+        self, *, location: str = "westus3", polls_before_done: int = 1, list_page_size: int = 100
+    ) -> None:
         if polls_before_done < 0:
             raise ValueError(f"polls_before_done must be >= 0, got {polls_before_done}")
+        if list_page_size < 1:
+            raise ValueError(f"list_page_size must be >= 1, got {list_page_size}")
+        self._list_page_size = list_page_size
+        self._listings: dict[str, list[str]] = {}
+        self._unlisted: dict[str, int] = {}
+        self._deleting: set[str] = set()
+        self._broken_lists = 0
         self.location = location
         self._polls_before_done = polls_before_done
         self._cond = threading.Condition()
@@ -340,6 +370,23 @@ class FakeArmServer:
         with self._cond:
             self._late_failures.extend([(status, code, message)] * count)
 
+    def delete_while_creating(self, machine_name: str) -> None:
+        """Accept the next create of ``machine_name``; where it would settle, it is ``Deleting``
+        instead (something deleted it under the create), and stays so."""
+        with self._cond:
+            self._deleting.add(machine_name)
+
+    def hide_from_lists(self, machine_name: str, *, lists: int = 1) -> None:
+        """Leave ``machine_name`` out of the next ``lists`` listings of the pool (a list that
+        lags the machine's own GET)."""
+        with self._cond:
+            self._unlisted[machine_name] = lists
+
+    def break_next_lists(self, count: int = 1) -> None:
+        """Answer the next ``count`` list requests of a pool's machines with 500."""
+        with self._cond:
+            self._broken_lists += count
+
     def set_agent_pool(self, pool: str, *, mode: str | None) -> None:
         """Give ``pool`` a mode (``None``: the pool does not exist). Unset pools are Machines."""
         with self._cond:
@@ -387,6 +434,14 @@ class FakeArmServer:
     def requests(self) -> tuple[RecordedRequest, ...]:
         with self._cond:
             return tuple(self._requests)
+
+    def machine_lists(self) -> tuple[RecordedRequest, ...]:
+        """The list requests of a pool's machines (every page), in order."""
+        return tuple(r for r in self.requests if r.method == "GET" and _AKS_LIST_PATH.match(r.path))
+
+    def machine_reads(self) -> tuple[RecordedRequest, ...]:
+        """The GETs of one AKS machine, in order."""
+        return tuple(r for r in self.requests if r.method == "GET" and _AKS_PATH.match(r.path))
 
     def puts(self) -> tuple[RecordedRequest, ...]:
         """The PUT requests received, in order."""
@@ -618,6 +673,8 @@ class FakeArmServer:
             lost = machine.name in self._lost
             self._lost.discard(machine.name)
             failure = self._async_failures.pop(machine.name, None)
+            machine.ends_deleting = machine.name in self._deleting
+            self._deleting.discard(machine.name)
             if machine.kind == "aks":
                 # The batch answer says nothing per machine; a lost result is a machine whose
                 # first read fails, and a failure shows in the machine's own state.
@@ -649,6 +706,8 @@ class FakeArmServer:
                 return _Reply(200, self._poll(operation), {"Retry-After": "0"})
             if pool := _POOL_PATH.match(path):
                 return self._agent_pool(pool["pool"])
+            if _AKS_LIST_PATH.match(path):
+                return self._list_aks(path, query)
             match = _VM_PATH.match(path) or _AKS_PATH.match(path)
             if match is None:
                 return _error(404, "InvalidResourceType", f"no such resource type: {path}")
@@ -666,6 +725,55 @@ class FakeArmServer:
             preview = _is_preview(query.get("api-version"))
             return _Reply(200, self._aks_json(machine, preview=preview))
 
+    def _list_aks(self, path: str, query: Mapping[str, str]) -> _Reply:
+        """One page of the pool's machines; the first page takes the listing's snapshot."""
+        if self._broken_lists > 0:
+            self._broken_lists -= 1
+            return _error(500, "InternalServerError", "the list failed, not the machines")
+        token = query.get("$skipToken")
+        if token is None:
+            listing_id, offset = uuid.uuid4().hex, 0
+            self._listings[listing_id] = self._listed_names()
+        else:
+            listing_id, _, start = token.partition(":")
+            if listing_id not in self._listings or not start.isdigit():
+                return _error(400, "InvalidSkipToken", f"no such listing page: {token}")
+            offset = int(start)
+        names = self._listings[listing_id]
+        page = names[offset : offset + self._list_page_size]
+        preview = _is_preview(query.get("api-version"))
+        value = []
+        for name in page:
+            machine = self._machines.get(name)
+            if machine is None:
+                continue  # deleted since the listing began
+            self._advance(machine)
+            value.append(self._aks_json(machine, preview=preview))
+        body: dict[str, Any] = {"value": value}
+        following = offset + self._list_page_size
+        if following < len(names):
+            body["nextLink"] = (
+                f"{self.url}{path}?$skipToken={listing_id}:{following}"
+                f"&api-version={query.get('api-version', '')}"
+            )
+        else:
+            del self._listings[listing_id]
+        return _Reply(200, body)
+
+    def _listed_names(self) -> list[str]:
+        """AKS machines a list shows now: not those hidden, nor one whose lost answer is still
+        to be met by its own read (a list showing it would settle it unseen)."""
+        names: list[str] = []
+        for machine in self._machines.values():
+            if machine.kind != "aks" or machine.broken_gets > 0:
+                continue
+            hidden = self._unlisted.get(machine.name, 0)
+            if hidden > 0:
+                self._unlisted[machine.name] = hidden - 1
+                continue
+            names.append(machine.name)
+        return names
+
     def _advance(self, machine: _Machine) -> None:
         """An AKS machine's own read moves it on: ``polls_left`` reads of Creating, then done."""
         if machine.state != "Creating":
@@ -677,9 +785,13 @@ class FakeArmServer:
 
     @staticmethod
     def _settle(machine: _Machine) -> None:
-        if machine.state == "Creating":
-            machine.error = machine.pending_error
-            machine.state = "Failed" if machine.error else "Succeeded"
+        if machine.state != "Creating":
+            return
+        if machine.ends_deleting:
+            machine.state = "Deleting"
+            return
+        machine.error = machine.pending_error
+        machine.state = "Failed" if machine.error else "Succeeded"
 
     def _agent_pool(self, pool: str) -> _Reply:
         mode = self._pools.get(pool, "Machines")

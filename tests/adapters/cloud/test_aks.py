@@ -69,14 +69,6 @@ def retrying_cloud(retrying_client: ContainerServiceClient) -> AksMachinesCloud:
     return _cloud(retrying_client)
 
 
-def _machine_gets(server: FakeArmServer, name: str) -> list[str]:
-    return [
-        r.query.get("api-version", "")
-        for r in server.requests
-        if r.method == "GET" and r.path.endswith(_MACHINES + name)
-    ]
-
-
 class TestBatchPut:
     def test_sends_one_put_for_the_whole_batch(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
@@ -162,6 +154,119 @@ class TestBatchPut:
         assert set(result.created) == set(names)
 
 
+@pytest.fixture
+def paged_arm() -> Iterator[FakeArmServer]:
+    """A fake whose machine lists come in pages of 20, so a list of 50 follows two nextLinks."""
+    with FakeArmServer(list_page_size=20) as server:
+        yield server
+
+
+@pytest.fixture
+def paged_cloud(paged_arm: FakeArmServer) -> Iterator[AksMachinesCloud]:
+    with ContainerServiceClient(
+        StaticTokenCredential(),
+        SUBSCRIPTION,
+        api_version=PREVIEW_API_VERSION,
+        **paged_arm.client_options(),
+    ) as client:
+        yield _cloud(client)
+
+
+class TestProgress:
+    def test_a_poll_of_fifty_machines_is_one_paged_list_not_fifty_gets(
+        self, paged_cloud: AksMachinesCloud, paged_arm: FakeArmServer
+    ) -> None:
+        """Each poll lists the pool once (three pages of 20, following nextLink) and reads no
+        machine on its own: two polls (Creating, then Succeeded) cost six list pages."""
+        names = [f"m-{i:02d}" for i in range(50)]
+
+        result = paged_cloud.create_batch(batch(*names))
+
+        assert set(result.created) == set(names)
+        assert paged_arm.machine_reads() == ()
+        pages = paged_arm.machine_lists()
+        assert len(pages) == 6
+        assert [p.query.get("$skipToken") is None for p in pages] == [True, False, False] * 2
+        assert {p.query["api-version"] for p in pages} == {PREVIEW_API_VERSION}
+
+    def test_a_machine_missing_from_the_list_is_read_by_one_get(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """The first list lags m-2: that poll reads m-2 alone with its own GET; the machines the
+        list shows are never read one by one."""
+        fake_arm.hide_from_lists("m-2")
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2", "m-3"))
+
+        assert set(result.created) == {"m-1", "m-2", "m-3"}
+        assert [r.path.rsplit("/", 1)[-1] for r in fake_arm.machine_reads()] == ["m-2"]
+
+    def test_a_machine_going_to_deleting_fails_at_once(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """A machine deleted under its create will never succeed: the poll that sees it
+        ``Deleting`` fails it (retryable, saying why), without waiting out ``poll_timeout``, and
+        sends no delete of its own."""
+        fake_arm.delete_while_creating("m-2")
+        clock = ManualClock(EPOCH)
+        cloud = AksMachinesCloud(
+            aks_client, resource_group="rg", cluster_name="fleet", agent_pool="burst", clock=clock
+        )
+
+        result = cloud.create_batch(batch("m-1", "m-2"))
+
+        assert set(result.created) == {"m-1"}
+        error = result.failed["m-2"]
+        assert isinstance(error, UnknownCloudError)
+        assert (error.provider_code, error.retryable) == ("MachineDeleting", True)
+        assert "m-2 is being deleted" in error.message
+        assert result.deleted == ()
+        assert _delete_posts(fake_arm) == []
+        assert len(fake_arm.machine_lists()) == 2
+        assert (clock.now() - EPOCH).total_seconds() == 5.0
+
+    def test_a_failed_machine_seen_in_the_list_is_failed_and_deleted(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """``Failed`` in the list ends the create with the machine's own provisioning error,
+        and the leftover is deleted; it is never read one by one."""
+        fake_arm.fail_async("m-1", "AllocationFailed", "no capacity for m-1")
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2", zones=("3", "1")))
+
+        error = result.failed["m-1"]
+        assert isinstance(error, CapacityUnavailable)
+        assert (error.message, error.zone) == ("no capacity for m-1", "3")
+        assert result.deleted == ("m-1",)
+        assert _delete_posts(fake_arm) == [["m-1"]]
+        assert fake_arm.machine_reads() == ()
+
+    def test_a_failed_list_is_tried_again_at_the_next_poll(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """A list answered 500 says nothing about the machines: they are not read one by one
+        nor left unknown, and the next poll's list settles them."""
+        fake_arm.break_next_lists()
+
+        result = aks_cloud.create_batch(batch("m-1", "m-2"))
+
+        assert set(result.created) == {"m-1", "m-2"}
+        assert [r.status for r in fake_arm.machine_lists()] == [500, 200, 200]
+        assert fake_arm.machine_reads() == ()
+
+    def test_a_read_of_a_deleting_machine_sends_no_delete(
+        self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
+    ) -> None:
+        """``read_machine`` reports a ``Deleting`` machine failed but leaves its deletion to
+        whoever started it."""
+        fake_arm.plant_machine("m-1", tags={OWNER_TAG: "fleetledger"}, state="Deleting")
+
+        seen = aks_cloud.read_machine("m-1")
+
+        assert (seen.status, seen.deleted) == ("failed", False)
+        assert _delete_posts(fake_arm) == []
+
+
 class TestRefusedBeforeSending:
     def test_a_tag_key_azure_refuses_refuses_the_batch_without_a_put(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
@@ -179,16 +284,17 @@ class TestRefusedBeforeSending:
 
 
 class TestPerMachineResults:
-    def test_each_machine_is_read_with_its_own_get_in_the_preview_version(
+    def test_every_machine_is_read_from_the_pool_list_in_the_preview_version(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer
     ) -> None:
-        """The operation covers only the first machine: every machine is read on its own."""
-        aks_cloud.create_batch(batch("m-1", "m-2", "m-3"))
+        """The operation covers only the first machine: every machine's outcome comes from the
+        pool's list, asked in the preview version (only its machines carry a state)."""
+        result = aks_cloud.create_batch(batch("m-1", "m-2", "m-3"))
 
-        for name in ("m-1", "m-2", "m-3"):
-            versions = _machine_gets(fake_arm, name)
-            assert versions, f"{name} was never read"
-            assert set(versions) == {PREVIEW_API_VERSION}
+        assert set(result.created) == {"m-1", "m-2", "m-3"}
+        lists = fake_arm.machine_lists()
+        assert lists
+        assert {r.query["api-version"] for r in lists} == {PREVIEW_API_VERSION}
 
     def test_the_first_machines_failure_is_not_applied_to_the_others(
         self, aks_cloud: AksMachinesCloud, fake_arm: FakeArmServer

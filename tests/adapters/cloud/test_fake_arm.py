@@ -202,3 +202,67 @@ class TestReadsByVersion:
         assert raw.properties is not None and raw.properties.provisioning_state is None
         assert preview.properties is not None and preview.properties.provisioning_state
         assert aks_client._config.api_version == PREVIEW_API_VERSION
+
+
+class TestMachineList:
+    def test_the_sdk_list_follows_next_link_through_every_page(self) -> None:
+        """Pages of ``list_page_size``: the SDK's ``machines.list`` follows each ``nextLink`` and
+        sees every machine once, each page asked in the client's version."""
+        with (
+            FakeArmServer(list_page_size=2) as server,
+            ContainerServiceClient(
+                StaticTokenCredential(),
+                SUBSCRIPTION,
+                api_version=PREVIEW_API_VERSION,
+                **server.client_options(),
+            ) as client,
+        ):
+            _put(client, "m-1", "m-2", "m-3", "m-4", "m-5")
+
+            names = [m.name for m in client.machines.list("rg", "fleet", "burst")]
+
+            pages = server.machine_lists()
+        assert names == ["m-1", "m-2", "m-3", "m-4", "m-5"]
+        assert len(pages) == 3
+        assert {p.query["api-version"] for p in pages} == {PREVIEW_API_VERSION}
+
+    def test_a_list_moves_machines_on_as_their_own_reads_do(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """Each list is a read of every machine it shows: Creating once, then Succeeded."""
+        _put(aks_client, "m-1")
+
+        first = list(aks_client.machines.list("rg", "fleet", "burst"))
+        second = list(aks_client.machines.list("rg", "fleet", "burst"))
+
+        assert [m.properties.provisioning_state for m in first if m.properties] == ["Creating"]
+        assert [m.properties.provisioning_state for m in second if m.properties] == ["Succeeded"]
+
+    def test_a_hidden_machine_is_left_out_but_still_read_by_its_get(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """``hide_from_lists`` leaves the machine out of the next list only; its GET finds it."""
+        _put(aks_client, "m-1", "m-2")
+        fake_arm.hide_from_lists("m-2")
+
+        first = [m.name for m in aks_client.machines.list("rg", "fleet", "burst")]
+        m2 = aks_client.machines.get("rg", "fleet", "burst", "m-2")
+        second = [m.name for m in aks_client.machines.list("rg", "fleet", "burst")]
+
+        assert (first, m2.name, second) == (["m-1"], "m-2", ["m-1", "m-2"])
+
+    def test_a_machine_deleted_under_its_create_reads_deleting(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """``delete_while_creating``: where the create would settle, the machine is Deleting."""
+        fake_arm.delete_while_creating("m-1")
+        _put(aks_client, "m-1")
+
+        states = [
+            m.properties.provisioning_state
+            for _ in range(3)
+            for m in aks_client.machines.list("rg", "fleet", "burst")
+            if m.properties
+        ]
+
+        assert states == ["Creating", "Deleting", "Deleting"]
