@@ -52,6 +52,7 @@ from fleetledger.domain.machines import (
     MachineRequested,
 )
 from fleetledger.domain.nodes import (
+    ComputeUnitMismatch,
     ComputeUnitViolated,
     ControllerRestarted,
     MigrationStarted,
@@ -63,7 +64,11 @@ from fleetledger.domain.nodes import (
     OtherPodsReserved,
     PodDeleted,
     ResourcesGranted,
+    VmLimitsChanged,
+    VmMigrationChanged,
     VmPodReserved,
+    VmScalingChanged,
+    VmUseChanged,
 )
 from fleetledger.domain.placement import workloads
 from fleetledger.domain.testbeds import batch_job, scheduling, testbed
@@ -462,6 +467,11 @@ _register(ComputeUnitViolated, "nodes.ComputeUnitViolated", 1)
 _register(MigrationStarted, "nodes.MigrationStarted", 1)
 _register(ControllerRestarted, "nodes.ControllerRestarted", 1)
 _register(OtherPodsReserved, "nodes.OtherPodsReserved", 1)
+_register(ComputeUnitMismatch, "nodes.ComputeUnitMismatch", 1)
+_register(VmLimitsChanged, "nodes.VmLimitsChanged", 1)
+_register(VmScalingChanged, "nodes.VmScalingChanged", 1)
+_register(VmUseChanged, "nodes.VmUseChanged", 1)
+_register(VmMigrationChanged, "nodes.VmMigrationChanged", 1)
 # Pod-IP batch sizing (PRODUCT.md §4.3): one stream per subnet.
 _register(ipam.SubnetCreated, "ipam.SubnetCreated", 1)
 _register(ipam.NodeJoined, "ipam.NodeJoined", 1)

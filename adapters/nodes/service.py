@@ -35,12 +35,17 @@ from fleetledger.domain.errors import InvalidCommand, Rejected
 from fleetledger.domain.nodes import (
     AgentResourcesRequest,
     ComputeUnit,
+    ComputeUnitMismatch,
     ComputeUnitViolated,
     NodeCommand,
     NodeEvent,
     NodeJoined,
     NodeState,
     ResourcesGranted,
+    VmLimitsChanged,
+    VmMigrationChanged,
+    VmScalingChanged,
+    VmUseChanged,
 )
 from fleetledger.eventstore import EventStore
 
@@ -61,7 +66,16 @@ __all__ = ["Grant", "NodeService", "NodeStream"]
 NodeStream: TypeAlias = HostedStream[NodeState, NodeCommand, NodeEvent]
 
 # Events that never add or remove a pod: folding them leaves the pod index as it was.
-_POD_NEUTRAL = (ResourcesGranted, ComputeUnitViolated, nodes.MigrationStarted)
+_POD_NEUTRAL = (
+    ResourcesGranted,
+    ComputeUnitMismatch,
+    ComputeUnitViolated,
+    nodes.MigrationStarted,
+    VmLimitsChanged,
+    VmScalingChanged,
+    VmUseChanged,
+    VmMigrationChanged,
+)
 _PAGE = 1000
 
 
@@ -265,10 +279,11 @@ def _grant(node: str, pod: str, stream: NodeStream, decision: Decision[NodeEvent
         raise NodesError(f"node {node} answered {pod}'s request with no grant")
     grant = granted[-1]
     warnings = tuple(
-        f"{e.resource} {e.amount} is not a multiple of the compute unit {e.compute_unit} "
-        "last sent to this pod"
+        f"{e.cpu_milli} milli-CPU and {e.memory_slots} memory slots are not the same whole "
+        f"number of the compute unit ({e.compute_unit.cpu_milli} milli-CPU, "
+        f"{e.compute_unit.memory_slots} slots) last sent to this pod"
         for e in decision.events
-        if isinstance(e, ComputeUnitViolated)
+        if isinstance(e, ComputeUnitMismatch) and e.pod == pod
     )
     migrating = any(isinstance(e, nodes.MigrationStarted) and e.pod == pod for e in decision.events)
     if not migrating:

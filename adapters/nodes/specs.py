@@ -8,6 +8,8 @@ pods::
     fleetledger.io/vm-cpu-milli:   "250,500,4000"   # min,use,max milli-CPU
     fleetledger.io/vm-memory-slots: "1,2,16"         # min,use,max memory slots
     fleetledger.io/gpu:            "1"              # optional
+    fleetledger.io/scaling-enabled: "false"         # optional: no agent scales the VM
+    fleetledger.io/migration-enabled: "false"       # optional: never migrate the VM away
 
 Any other pod is a non-VM pod counted by its requests (seed 04, "Non-VM pods").
 """
@@ -32,6 +34,8 @@ __all__ = [
     "GPU_ANNOTATION",
     "MEMORY_ANNOTATION",
     "MIB",
+    "MIGRATION_ANNOTATION",
+    "SCALING_ANNOTATION",
     "BadAnnotation",
     "NodeCapacity",
     "node_capacity",
@@ -42,6 +46,8 @@ __all__ = [
 CPU_ANNOTATION = "fleetledger.io/vm-cpu-milli"
 MEMORY_ANNOTATION = "fleetledger.io/vm-memory-slots"
 GPU_ANNOTATION = "fleetledger.io/gpu"
+SCALING_ANNOTATION = "fleetledger.io/scaling-enabled"
+MIGRATION_ANNOTATION = "fleetledger.io/migration-enabled"
 MIB = 1 << 20
 
 DEFAULT_NODE_CONFIG = NodeConfig(
@@ -74,14 +80,20 @@ def node_capacity(node: Node) -> NodeCapacity:
     return NodeCapacity(node.cpu_millis, node.memory_mib * MIB, int(gpu) if gpu.isdigit() else 0)
 
 
-def vm_annotations(cpu: Bounds, memory: Bounds, *, gpu: int = 0) -> dict[str, str]:
-    """The annotations that mark a pod as a VM pod with these bounds."""
+def vm_annotations(
+    cpu: Bounds, memory: Bounds, *, gpu: int = 0, scaling: bool = True, migration: bool = True
+) -> dict[str, str]:
+    """The annotations that mark a pod as a VM pod with these bounds and settings."""
     found = {
         CPU_ANNOTATION: f"{cpu.min},{cpu.use},{cpu.max}",
         MEMORY_ANNOTATION: f"{memory.min},{memory.use},{memory.max}",
     }
     if gpu:
         found[GPU_ANNOTATION] = str(gpu)
+    if not scaling:
+        found[SCALING_ANNOTATION] = "false"
+    if not migration:
+        found[MIGRATION_ANNOTATION] = "false"
     return found
 
 
@@ -111,7 +123,16 @@ def pod_spec(pod: Pod) -> VmPodSpec | OtherPodSpec:
         cpu=_bounds(pod.name, CPU_ANNOTATION, cpu),
         memory=_bounds(pod.name, MEMORY_ANNOTATION, memory),
         gpu=int(gpu),
+        scaling_enabled=_switch(pod, SCALING_ANNOTATION),
+        migration_enabled=_switch(pod, MIGRATION_ANNOTATION),
     )
+
+
+def _switch(pod: Pod, key: str) -> bool:
+    text = pod.annotations.get(key, "true").strip().lower()
+    if text not in ("true", "false"):
+        raise BadAnnotation(f"pod {pod.name}: {key} must read 'true' or 'false', got {text!r}")
+    return text == "true"
 
 
 def _bounds(pod: str, key: str, text: str) -> Bounds:

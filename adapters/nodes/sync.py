@@ -4,6 +4,8 @@ Each pass lists the cluster (through the :class:`~fleetledger.adapters.cluster.C
 port; the Kubernetes adapter answers from its informer cache) and sends each node what differs:
 ``JoinNode`` for a new node, ``UpdateNodeCapacity``/``ChangeNodeConfig`` for a changed one,
 ``ReservePod(already_running=True)`` for a pod bound to it that it does not account yet,
+``SetVmScaling``/``ChangeVmLimits``/``UpdateVmUse``/``SetVmMigration`` for an accounted VM pod
+whose VM's settings, bounds or (scaling disabled) use the cluster shows changed,
 ``DeletePod`` for one it accounts that is gone (deleted, finished, moved away by a migration) —
 except the reservations placement holds for its workloads, which only their release frees — and
 ``RemoveNode`` once a node leaves. A pass that finds nothing new appends nothing, so passes can
@@ -25,16 +27,22 @@ from fleetledger.adapters.cluster import ClusterGateway, Node, Pod
 from fleetledger.adapters.runtime import CommandRefused
 from fleetledger.domain.nodes import (
     ChangeNodeConfig,
+    ChangeVmLimits,
     DeletePod,
     JoinNode,
+    Limits,
     NodeCommand,
     NodeConfig,
     NodeState,
     RemoveNode,
     ReservePod,
     RestartController,
+    SetVmMigration,
+    SetVmScaling,
     StartupRule,
     UpdateNodeCapacity,
+    UpdateVmUse,
+    VmPod,
     VmPodSpec,
 )
 
@@ -150,12 +158,17 @@ class ClusterSync:
                 commands.append(lambda at: ChangeNodeConfig(config, at=at))
         bound = {pod.name for pod in pods}
         for pod in pods:
-            if pod.name in state.vm_pods or pod.name in state.other_pods:
+            if pod.name in state.other_pods:
                 continue
             try:
                 spec = pod_spec(pod)
             except BadAnnotation as e:
                 log.warning("pod left out of node accounting", pod=pod.name, reason=str(e))
+                continue
+            held = state.vm_pods.get(pod.name)
+            if held is not None:
+                if isinstance(spec, VmPodSpec):
+                    commands.extend(_vm_changes(held, spec))
                 continue
             commands.append(
                 lambda at, spec=spec: ReservePod(spec, at=at, already_running=True)  # type: ignore[misc]
@@ -208,6 +221,27 @@ class ClusterSync:
                     report.pods_deleted += 1
             return decision.events
         return ()
+
+
+def _vm_changes(pod: VmPod, spec: VmPodSpec) -> list[Build]:
+    """The commands that bring an accounted VM pod to what the cluster shows of its VM."""
+    name = pod.name
+    found: list[Build] = []
+    if spec.scaling_enabled != pod.scaling_enabled:
+        found.append(lambda at: SetVmScaling(name, spec.scaling_enabled, at=at))
+    cpu, memory = Limits(spec.cpu.min, spec.cpu.max), Limits(spec.memory.min, spec.memory.max)
+    if (cpu, memory) != (Limits(pod.cpu.min, pod.cpu.max), Limits(pod.memory.min, pod.memory.max)):
+        found.append(lambda at: ChangeVmLimits(name, cpu, memory, at=at))
+    # The use the cluster shows is the agent's business while the VM scales; without scaling
+    # it is what the VM holds.
+    if not spec.scaling_enabled and (spec.cpu.use, spec.memory.use) != (
+        pod.cpu.reserved,
+        pod.memory.reserved,
+    ):
+        found.append(lambda at: UpdateVmUse(name, spec.cpu.use, spec.memory.use, at=at))
+    if spec.migration_enabled != pod.migration_enabled:
+        found.append(lambda at: SetVmMigration(name, spec.migration_enabled, at=at))
+    return found
 
 
 def _restart(incarnation: int, observed: tuple[VmPodSpec, ...], rule: StartupRule) -> Build:

@@ -11,21 +11,32 @@ resource, each resource independently:
   granted and clears the pod's capacity pressure. An increase is granted up to what remains
   (rounded down to whole CPUs for agents that cannot scale fractions); the shortfall becomes the
   pod's capacity pressure and adds to the node's. The permit is the pod's new reserved amount.
+  A pod whose migration starts on its own request is granted no increase at all: what it asked
+  beyond its reservation is capacity pressure, which the migration accounts for.
   A migrating pod must ask for exactly its reservation (or, first after a restart, its real use
-  below it). An amount that is not a multiple of the compute unit *last sent to that pod* (the
-  agent cannot know a newer one) is recorded as a :class:`ComputeUnitViolated` warning, not
-  refused; the pod's min and max are exempt.
-* **Pressure**: a resource needs migrations when ``logical + capacity pressure`` exceeds what
-  started migrations account for plus slack (buffer, and room below the watermark). Every decision
-  that can raise pressure then starts migrations from the queue — pods with metrics first, then
-  the lowest load, then by name — until the pressure is accounted for.
+  below it). A request that is not one same whole number of the compute unit *last sent to that
+  pod* (the agent cannot know a newer one) for CPU and memory alike is recorded as a
+  :class:`ComputeUnitMismatch` warning, not refused; a request with either resource at its VM's
+  min or max is exempt as a whole. A VM whose scaling is disabled has no agent to ask
+  (:class:`ScalingDisabled`).
+* **Pressure**: nothing migrates while every resource is at or below its watermark, whatever the
+  capacity pressure. Above it, a resource needs migrations when ``logical + capacity pressure``
+  exceeds what started migrations account for plus slack (buffer, and room below the watermark).
+  Every decision that can raise pressure then starts migrations from the queue — pods that may
+  migrate, with metrics first, then the lowest load, then by name — until the pressure is
+  accounted for.
+* **Per-VM settings** (seed 04's ``VmConfig``): a VM whose scaling is disabled holds exactly its
+  use (no buffer, no pressure), which follows its VM (:class:`UpdateVmUse`); a VM's bounds may
+  change while it runs (:class:`ChangeVmLimits`); a VM may be kept from migrating
+  (:class:`SetVmMigration`).
 * **Config changes** apply at once; ``reserved`` may then exceed ``total − system`` and every
   difference saturates at zero.
 * **Startup uncertainty**: agents keep scaling within their last permit while no controller
   answers. The seed, not knowing that permit, holds every VM pod at its max. The log knows it: on
   :class:`RestartController` a VM pod holds ``min(max, last logged permit)`` (never below the use
   the cluster shows) with ``buffer = reserved − last known use``; a pod the log never saw falls
-  back to its max. The pod's first request then sets its real use and zeroes its buffer.
+  back to its max, and a VM that does not scale holds its use. The pod's first request then sets
+  its real use and zeroes its buffer.
 
 One stream per node (:func:`stream_id`); every command touches only that stream. A migration
 started here is carried out by a reactor reading :class:`MigrationStarted`; the target node's
@@ -47,12 +58,14 @@ from fleetledger.domain.nodes.model import (
     AgentResourcesRequest,
     Bounds,
     ChangeNodeConfig,
+    ChangeVmLimits,
     ComputeUnit,
-    ComputeUnitViolated,
+    ComputeUnitMismatch,
     ContainerResources,
     ControllerRestarted,
     DeletePod,
     JoinNode,
+    Limits,
     MigratingPodMismatch,
     MigrationStarted,
     NodeCapacityChanged,
@@ -72,18 +85,25 @@ from fleetledger.domain.nodes.model import (
     ReservedOtherPod,
     ReservePod,
     ReservePods,
-    Resource,
     ResourcesGranted,
     ResourceState,
     RestartController,
+    ScalingDisabled,
+    SetVmMigration,
+    SetVmScaling,
     StartupBound,
     StartupRule,
     UnknownPod,
     Unschedulable,
     UpdateNodeCapacity,
+    UpdateVmUse,
+    VmLimitsChanged,
+    VmMigrationChanged,
     VmPod,
     VmPodReserved,
     VmPodSpec,
+    VmScalingChanged,
+    VmUseChanged,
 )
 from fleetledger.domain.nodes.queries import (
     migration_queue,
@@ -126,8 +146,8 @@ def decide(state: NodeState, command: NodeCommand) -> list[NodeEvent]:
         )
     events: list[NodeEvent]
     if type(command) is AgentResourcesRequest:
-        events = _decide_request(state, command, at)
-    elif type(command) is ReservePod:
+        return _decide_request(state, command, at)  # starts its own migrations
+    if type(command) is ReservePod:
         events = _decide_reserve(state, command, at)
     elif type(command) is ReservePods:
         events = _decide_reserve_many(state, command, at)
@@ -141,6 +161,14 @@ def decide(state: NodeState, command: NodeCommand) -> list[NodeEvent]:
         events = _decide_capacity(state, command, at)
     elif type(command) is RestartController:
         events = _decide_restart(state, command, at)
+    elif type(command) is ChangeVmLimits:
+        events = _decide_limits(state, command, at)
+    elif type(command) is SetVmScaling:
+        events = _decide_scaling(state, command, at)
+    elif type(command) is UpdateVmUse:
+        events = _decide_use(state, command, at)
+    elif type(command) is SetVmMigration:
+        events = _decide_migration_switch(state, command, at)
     elif type(command) is RemoveNode:
         return [NodeLeft(at)]
     else:
@@ -252,12 +280,15 @@ def _decide_config(state: NodeState, command: ChangeNodeConfig, at: datetime) ->
 # -- reserving pods ------------------------------------------------------------------------------
 
 
-def _check_bounds(bounds: object, pod: str, what: str) -> Bounds:
+def _check_bounds(bounds: object, pod: str, what: str, *, running: bool) -> Bounds:
     if not isinstance(bounds, Bounds) or not all(
         type(v) is int for v in (bounds.min, bounds.use, bounds.max)
     ):
         raise InvalidCommand(f"pod {pod}: {what} must be Bounds of integers, got {bounds!r}")
-    if not 0 <= bounds.min <= bounds.use <= bounds.max:
+    # A VM already running may use more than a max just lowered (or less than a min just
+    # raised) until its agent follows: that use is a fact to count, not a bad spec.
+    inside = running or bounds.min <= bounds.use <= bounds.max
+    if not (0 <= bounds.min <= bounds.max and bounds.use >= 0 and inside):
         raise InvalidCommand(
             f"pod {pod}: {what} needs 0 ≤ min ≤ use ≤ max, got min {bounds.min}, "
             f"use {bounds.use}, max {bounds.max}"
@@ -265,12 +296,20 @@ def _check_bounds(bounds: object, pod: str, what: str) -> Bounds:
     return bounds
 
 
-def _check_vm_spec(spec: VmPodSpec) -> None:
+def _check_vm_spec(spec: VmPodSpec, *, running: bool) -> None:
     if not isinstance(spec.name, str) or not spec.name:
         raise InvalidCommand("a pod needs a non-empty name")
-    _check_bounds(spec.cpu, spec.name, "cpu")
-    _check_bounds(spec.memory, spec.name, "memory")
+    _check_bounds(spec.cpu, spec.name, "cpu", running=running)
+    _check_bounds(spec.memory, spec.name, "memory", running=running)
     _amount(spec.gpu, f"pod {spec.name}: gpu", "give the GPUs the pod asks for")
+    _switch(spec.scaling_enabled, f"pod {spec.name}: scaling_enabled")
+    _switch(spec.migration_enabled, f"pod {spec.name}: migration_enabled")
+
+
+def _switch(value: object, what: str) -> bool:
+    if type(value) is not bool:
+        raise InvalidCommand(f"{what} must be true or false, got {value!r}")
+    return value
 
 
 def _raw_sums(spec: OtherPodSpec) -> tuple[int, int, int]:
@@ -308,7 +347,7 @@ def _request_or_limit(request: int | None, limit: int | None, where: str, name: 
 def _decide_reserve(state: NodeState, command: ReservePod, at: datetime) -> list[NodeEvent]:
     spec = command.spec
     if isinstance(spec, VmPodSpec):
-        _check_vm_spec(spec)
+        _check_vm_spec(spec, running=command.already_running)
         if spec.name in state.other_pods:
             raise Rejected(f"pod {spec.name} is already reserved on {state.name} as a non-VM pod")
         if spec.name in state.vm_pods:
@@ -323,6 +362,8 @@ def _decide_reserve(state: NodeState, command: ReservePod, at: datetime) -> list
             spec.memory.use,
             command.already_running,
             at,
+            spec.scaling_enabled,
+            spec.migration_enabled,
         )
     elif isinstance(spec, OtherPodSpec):
         cpu, memory, gpu = _raw_sums(spec)
@@ -424,15 +465,26 @@ def _decide_reserve_many(state: NodeState, command: ReservePods, at: datetime) -
 # -- the agent protocol --------------------------------------------------------------------------
 
 
+def _vm_pod(state: NodeState, name: str) -> VmPod:
+    pod = state.vm_pods.get(name)
+    if pod is None:
+        where = "a non-VM pod" if name in state.other_pods else "not a pod"
+        raise UnknownPod(f"{name} is {where} on node {state.name}; no VM pod by that name")
+    return pod
+
+
 def _decide_request(
     state: NodeState, command: AgentResourcesRequest, at: datetime
 ) -> list[NodeEvent]:
-    pod = state.vm_pods.get(command.pod)
-    if pod is None:
-        where = "a non-VM pod" if command.pod in state.other_pods else "not a pod"
-        raise UnknownPod(f"{command.pod} is {where} on node {state.name}; no VM pod by that name")
+    pod = _vm_pod(state, command.pod)
     cpu = _amount(command.cpu_milli, "cpu_milli", "ask in milli-CPU")
     memory = _amount(command.memory_slots, "memory_slots", "ask in memory slots")
+    if not pod.scaling_enabled:
+        raise ScalingDisabled(
+            f"pod {pod.name}'s scaling is disabled: it holds its VM's use "
+            f"({pod.cpu.reserved} milli-CPU, {pod.memory.reserved} slots) and takes no permits; "
+            "enable scaling for the VM first"
+        )
     if not command.fractional_cpu and cpu % MILLI_PER_CPU:
         raise InvalidCommand(
             f"pod {pod.name} asked for {cpu} milli-CPU on a protocol version without fractional "
@@ -452,27 +504,60 @@ def _decide_request(
             f"({pod.cpu.reserved} milli-CPU, {pod.memory.reserved} slots), not "
             f"({cpu}, {memory}) until the migration ends"
         )
-    events: list[NodeEvent] = _unit_warnings(pod, cpu, memory, at)
-    cpu_permit, cpu_pressure = _transition(
-        state.cpu, pod.cpu, cpu, whole=not command.fractional_cpu
-    )
-    memory_permit, memory_pressure = _transition(state.memory, pod.memory, memory, whole=False)
+    warnings = _unit_warnings(pod, cpu, memory, at)
+    grant = _grant(state, pod, command, cpu, memory, at=at, hold=False)
+    after = evolve(state, grant)
+    if not needs_migration(after):
+        return [*warnings, grant]  # nearly every request: no pressure to account for
+    started = _start_migrations(after, at)
+    mine = next((i for i, e in enumerate(started) if e.pod == pod.name), None)
+    increased = grant.cpu_milli > pod.cpu.reserved or grant.memory_slots > pod.memory.reserved
+    if mine is None or not increased:
+        return [*warnings, grant, *started]
+    # Seed 04 (trans.go, ``handleRequested`` while ``startingMigration``): a pod is granted no
+    # increase on the request that starts its own migration. What it asked beyond its
+    # reservation becomes capacity pressure, which the migration accounts for, so the target
+    # node is asked for it instead of this one.
+    held = _grant(state, pod, command, cpu, memory, at=at, hold=True)
+    held_started = _start_migrations(evolve(state, held), at)
+    if any(e.pod == pod.name for e in held_started):
+        return [*warnings, held, *held_started]
+    # Held back, the node would be at or below its watermarks: it is this very increase that
+    # takes it over. The seed decides on the node as the request finds it, so the increase is
+    # granted; the pod's own migration waits for the node's next decision (its next request at
+    # the latest), and only the pods ahead of it in the queue start now.
+    return [*warnings, grant, *started[:mine]]
+
+
+def _grant(
+    state: NodeState,
+    pod: VmPod,
+    command: AgentResourcesRequest,
+    cpu: int,
+    memory: int,
+    *,
+    at: datetime,
+    hold: bool,
+) -> ResourcesGranted:
     assert state.config is not None  # a present node has its config
-    events.append(
-        ResourcesGranted(
-            pod.name,
-            cpu,
-            memory,
-            cpu_permit,
-            memory_permit,
-            cpu_pressure,
-            memory_pressure,
-            state.config.compute_unit,
-            None if command.load is None else float(command.load),
-            at,
-        )
+    cpu_permit, cpu_pressure = _transition(
+        state.cpu, pod.cpu, cpu, whole=not command.fractional_cpu, hold=hold
     )
-    return events
+    memory_permit, memory_pressure = _transition(
+        state.memory, pod.memory, memory, whole=False, hold=hold
+    )
+    return ResourcesGranted(
+        pod.name,
+        cpu,
+        memory,
+        cpu_permit,
+        memory_permit,
+        cpu_pressure,
+        memory_pressure,
+        state.config.compute_unit,
+        None if command.load is None else float(command.load),
+        at,
+    )
 
 
 def _fits_migration(pod: VmPod, cpu: int, memory: int) -> bool:
@@ -493,24 +578,28 @@ def _unit_warnings(pod: VmPod, cpu: int, memory: int, at: datetime) -> list[Node
     unit = pod.last_compute_unit
     if unit is None:
         return []
-    found: list[NodeEvent] = []
-    checks: tuple[tuple[Resource, int, int, PodResource], ...] = (
-        ("cpu", cpu, unit.cpu_milli, pod.cpu),
-        ("memory", memory, unit.memory_slots, pod.memory),
-    )
-    for resource, amount, step, bounds in checks:
-        if amount % step and amount not in (bounds.min, bounds.max):
-            found.append(ComputeUnitViolated(pod.name, resource, amount, step, at))
-    return found
+    # Agents scale in compute units: the same whole number of units of CPU and of memory. A VM's
+    # bounds need be neither multiples of the unit nor in its ratio, so a request with either
+    # resource at its min or max is exempt as a whole (the original's ``atMin || atMax``).
+    if cpu in (pod.cpu.min, pod.cpu.max) or memory in (pod.memory.min, pod.memory.max):
+        return []
+    cpu_units, cpu_rest = divmod(cpu, unit.cpu_milli)
+    memory_units, memory_rest = divmod(memory, unit.memory_slots)
+    if cpu_rest == memory_rest == 0 and cpu_units == memory_units:
+        return []
+    return [ComputeUnitMismatch(pod.name, cpu, memory, unit, at)]
 
 
 def _transition(
-    node: ResourceState, pod: PodResource, requested: int, *, whole: bool
+    node: ResourceState, pod: PodResource, requested: int, *, whole: bool, hold: bool
 ) -> tuple[int, int]:
-    """``(permit, capacity pressure)`` for one resource of one request."""
+    """``(permit, capacity pressure)`` for one resource of one request; ``hold`` grants no
+    increase at all."""
     if requested <= pod.reserved:
         return requested, 0
     wanted = requested - pod.reserved
+    if hold:
+        return pod.reserved, wanted
     remaining = node.remaining
     if whole:
         remaining -= remaining % MILLI_PER_CPU
@@ -521,8 +610,8 @@ def _transition(
 # -- migrations ----------------------------------------------------------------------------------
 
 
-def _start_migrations(state: NodeState, at: datetime) -> list[NodeEvent]:
-    events: list[NodeEvent] = []
+def _start_migrations(state: NodeState, at: datetime) -> list[MigrationStarted]:
+    events: list[MigrationStarted] = []
     if not needs_migration(state):
         return events
     queue = iter(migration_queue(state))
@@ -539,6 +628,98 @@ def _start_migrations(state: NodeState, at: datetime) -> list[NodeEvent]:
         events.append(event)
         state = evolve(state, event)
     return events
+
+
+# -- per-VM settings -----------------------------------------------------------------------------
+
+
+def _check_limits(limits: object, pod: str, what: str) -> Limits:
+    if not isinstance(limits, Limits) or not all(type(v) is int for v in (limits.min, limits.max)):
+        raise InvalidCommand(f"pod {pod}: {what} must be Limits of integers, got {limits!r}")
+    if not 0 <= limits.min <= limits.max:
+        raise InvalidCommand(
+            f"pod {pod}: {what} needs 0 ≤ min ≤ max, got min {limits.min}, max {limits.max}"
+        )
+    return limits
+
+
+def _decide_limits(state: NodeState, command: ChangeVmLimits, at: datetime) -> list[NodeEvent]:
+    pod = _vm_pod(state, command.pod)
+    cpu = _check_limits(command.cpu, pod.name, "cpu")
+    memory = _check_limits(command.memory, pod.name, "memory")
+    if (cpu, memory) == (
+        Limits(pod.cpu.min, pod.cpu.max),
+        Limits(pod.memory.min, pod.memory.max),
+    ):
+        return []
+    cpu_held = _relimited(pod.cpu, cpu, uncertain=pod.awaiting_contact)
+    memory_held = _relimited(pod.memory, memory, uncertain=pod.awaiting_contact)
+    return [VmLimitsChanged(pod.name, cpu, memory, *cpu_held, *memory_held, at)]
+
+
+def _relimited(resource: PodResource, limits: Limits, *, uncertain: bool) -> tuple[int, int, int]:
+    """``(reserved, buffer, capacity pressure)`` of one resource under new limits."""
+    reserved, buffer = resource.reserved, resource.buffer
+    if uncertain and limits.max != resource.max:
+        # Seed 04 (``handleUpdatedLimits``, before the agent's first contact): the pod is held
+        # at a bound on what its agent may have scaled to, which a new max moves — but never
+        # below the use last known, which the agent may not have scaled down from yet. A bound
+        # below the old max was the logged permit, which still binds; one at the old max was
+        # that max (assumed, or the permit was above it), so it becomes the new one.
+        using = _sat(resource.reserved - resource.buffer)
+        bound = limits.max if resource.reserved >= resource.max else min(limits.max, reserved)
+        reserved = max(bound, using)
+        buffer = reserved - using
+    # An unmet request above the new max can never be granted: it is no pressure any more.
+    return reserved, buffer, min(resource.capacity_pressure, _sat(limits.max - reserved))
+
+
+def _decide_scaling(state: NodeState, command: SetVmScaling, at: datetime) -> list[NodeEvent]:
+    pod = _vm_pod(state, command.pod)
+    enabled = _switch(command.enabled, "enabled")
+    if enabled == pod.scaling_enabled:
+        return []
+    if enabled:
+        return [VmScalingChanged(pod.name, True, pod.cpu.reserved, pod.memory.reserved, at)]
+    # Seed 04 (``handleAutoscalingDisabled``): a VM nobody scales any more holds its use; its
+    # buffer and capacity pressure go.
+    return [
+        VmScalingChanged(
+            pod.name,
+            False,
+            _sat(pod.cpu.reserved - pod.cpu.buffer),
+            _sat(pod.memory.reserved - pod.memory.buffer),
+            at,
+        )
+    ]
+
+
+def _decide_use(state: NodeState, command: UpdateVmUse, at: datetime) -> list[NodeEvent]:
+    pod = _vm_pod(state, command.pod)
+    cpu = _amount(command.cpu_milli, "cpu_milli", "give the VM's milli-CPU in use")
+    memory = _amount(command.memory_slots, "memory_slots", "give the VM's memory slots in use")
+    if pod.scaling_enabled:
+        raise Rejected(
+            f"pod {pod.name} scales: its agent's requests set what it holds; only a VM whose "
+            "scaling is disabled has its use set (SetVmScaling(enabled=False) first)"
+        )
+    if (cpu, memory) == (pod.cpu.reserved, pod.memory.reserved):
+        return []
+    # Seed 04 (non-autoscaling usage change): the VM was resized by hand. That is a fact, so it
+    # counts even where it does not fit, like a pod already running; migrations may follow.
+    return [VmUseChanged(pod.name, cpu, memory, at)]
+
+
+def _decide_migration_switch(
+    state: NodeState, command: SetVmMigration, at: datetime
+) -> list[NodeEvent]:
+    pod = _vm_pod(state, command.pod)
+    enabled = _switch(command.enabled, "enabled")
+    if enabled == pod.migration_enabled:
+        return []
+    # Switched off, the pod leaves the queue; a migration already started is not called back
+    # (the seed only takes the VM out of its queue, and the move may be under way).
+    return [VmMigrationChanged(pod.name, enabled, at)]
 
 
 # -- restarts ------------------------------------------------------------------------------------
@@ -562,7 +743,7 @@ def _decide_restart(state: NodeState, command: RestartController, at: datetime) 
     for spec in command.observed:
         if not isinstance(spec, VmPodSpec):
             raise InvalidCommand(f"observed lists VM pods as VmPodSpec, got {spec!r}")
-        _check_vm_spec(spec)
+        _check_vm_spec(spec, running=True)
         if spec.name in observed:
             raise InvalidCommand(f"observed lists pod {spec.name} twice")
         if spec.name in state.other_pods:
@@ -576,42 +757,56 @@ def _decide_restart(state: NodeState, command: RestartController, at: datetime) 
 
 
 def _startup_bound(pod: VmPod | None, spec: VmPodSpec | None, rule: StartupRule) -> StartupBound:
+    # The listing shows the VM's settings now; a known pod missing from it keeps the log's.
+    scaling = spec.scaling_enabled if spec is not None else pod is None or pod.scaling_enabled
+    migration = spec.migration_enabled if spec is not None else pod is None or pod.migration_enabled
     if pod is None:
         assert spec is not None  # every name comes from the log or the listing
         # Never seen by the log: nothing bounds what its agent may have scaled to but its max.
+        cpu_reserved = _bound(None, spec.cpu, rule, scaling=scaling)
+        memory_reserved = _bound(None, spec.memory, rule, scaling=scaling)
         return StartupBound(
             pod=spec.name,
             cpu=spec.cpu,
             memory=spec.memory,
             gpu=spec.gpu,
-            cpu_reserved=spec.cpu.max,
-            cpu_buffer=spec.cpu.max - spec.cpu.use,
-            memory_reserved=spec.memory.max,
-            memory_buffer=spec.memory.max - spec.memory.use,
+            cpu_reserved=cpu_reserved,
+            cpu_buffer=cpu_reserved - spec.cpu.use,
+            memory_reserved=memory_reserved,
+            memory_buffer=memory_reserved - spec.memory.use,
             known=False,
+            scaling_enabled=scaling,
+            migration_enabled=migration,
         )
     cpu = spec.cpu if spec is not None else Bounds(pod.cpu.min, pod.cpu.use, pod.cpu.max)
     memory = (
         spec.memory if spec is not None else Bounds(pod.memory.min, pod.memory.use, pod.memory.max)
     )
-    cpu_reserved = _bound(pod.cpu.reserved, cpu, rule)
-    memory_reserved = _bound(pod.memory.reserved, memory, rule)
+    cpu_reserved = _bound(pod.cpu.reserved, cpu, rule, scaling=scaling)
+    memory_reserved = _bound(pod.memory.reserved, memory, rule, scaling=scaling)
     return StartupBound(
         pod=pod.name,
         cpu=cpu,
         memory=memory,
         gpu=pod.gpu,
         cpu_reserved=cpu_reserved,
-        cpu_buffer=_sat(cpu_reserved - cpu.use),
+        cpu_buffer=cpu_reserved - cpu.use,
         memory_reserved=memory_reserved,
-        memory_buffer=_sat(memory_reserved - memory.use),
+        memory_buffer=memory_reserved - memory.use,
         known=True,
+        scaling_enabled=scaling,
+        migration_enabled=migration,
     )
 
 
-def _bound(last_permit: int, bounds: Bounds, rule: StartupRule) -> int:
-    if rule == "assume_max":
-        return bounds.max
+def _bound(last_permit: int | None, bounds: Bounds, rule: StartupRule, *, scaling: bool) -> int:
+    """What a restart holds for one resource: never less than the use the cluster shows."""
+    if not scaling:
+        # Seed 04: a VM nobody scales uses exactly what the cluster shows; nothing is uncertain.
+        return bounds.use
+    if rule == "assume_max" or last_permit is None:
+        return max(bounds.max, bounds.use)
     # A use above the logged permit means the VM was changed by hand: never hold less than what
-    # is in use, never more than the VM can reach.
-    return min(bounds.max, max(last_permit, bounds.use))
+    # is in use, never more than the VM can reach (unless it already uses more, its max having
+    # just been lowered).
+    return max(bounds.use, min(bounds.max, last_permit))

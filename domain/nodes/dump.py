@@ -82,7 +82,8 @@ def dump_node(state: NodeState) -> Json:
 
 
 def fleet_migration_queue(nodes: Iterable[NodeState]) -> list[Json]:
-    """Every pod that may still migrate, fleet-wide, in queue order (metrics first, lowest load)."""
+    """Every pod that may still migrate, fleet-wide, in queue order (metrics first, lowest load);
+    pods whose VM may not be migrated are left out."""
     entries = [(pod, state) for state in nodes for pod in migration_queue(state)]
     entries.sort(key=lambda e: (not e[0].has_metrics, e[0].load or 0.0, e[1].name, e[0].name))
     return [
@@ -152,6 +153,9 @@ def _vm_pod(pod: VmPod) -> Json:
         "accounted": {"cpu": pod.cpu_accounted, "memory": pod.memory_accounted},
         "has_metrics": pod.has_metrics,
         "load": pod.load,
+        "scaling_enabled": pod.scaling_enabled,
+        "migration_enabled": pod.migration_enabled,
+        "awaiting_contact": pod.awaiting_contact,
     }
 
 

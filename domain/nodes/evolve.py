@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetledger.domain.nodes.model import (
+    ComputeUnitMismatch,
     ComputeUnitViolated,
     ControllerRestarted,
     MigrationStarted,
@@ -26,8 +27,12 @@ from fleetledger.domain.nodes.model import (
     PodResource,
     ResourcesGranted,
     ResourceState,
+    VmLimitsChanged,
+    VmMigrationChanged,
     VmPod,
     VmPodReserved,
+    VmScalingChanged,
+    VmUseChanged,
 )
 from fleetledger.domain.nodes.queries import other_reserved
 
@@ -42,7 +47,7 @@ def evolve(state: NodeState, event: NodeEvent) -> NodeState:
     """Apply one event. Events are facts: nothing here refuses them, and every amount saturates."""
     if type(event) is ResourcesGranted:
         return _apply_granted(state, event)
-    if type(event) is ComputeUnitViolated:
+    if type(event) is ComputeUnitMismatch or type(event) is ComputeUnitViolated:
         return state
     if type(event) is VmPodReserved:
         return _apply_vm_reserved(state, event)
@@ -60,6 +65,14 @@ def evolve(state: NodeState, event: NodeEvent) -> NodeState:
         return _apply_capacity(state, event)
     if type(event) is ControllerRestarted:
         return _apply_restarted(state, event)
+    if type(event) is VmLimitsChanged:
+        return _apply_limits(state, event)
+    if type(event) is VmScalingChanged:
+        return _apply_scaling(state, event)
+    if type(event) is VmUseChanged:
+        return _apply_use(state, event)
+    if type(event) is VmMigrationChanged:
+        return _apply_migration_switch(state, event)
     if type(event) is NodeJoined:
         return _apply_joined(state, event)
     if type(event) is NodeLeft:
@@ -113,6 +126,8 @@ def _apply_vm_reserved(state: NodeState, event: VmPodReserved) -> NodeState:
         PodResource(event.cpu.min, event.cpu.use, event.cpu.max, event.cpu_reserved),
         PodResource(event.memory.min, event.memory.use, event.memory.max, event.memory_reserved),
         event.gpu,
+        scaling_enabled=event.scaling_enabled,
+        migration_enabled=event.migration_enabled,
     )
     return replace(
         state,
@@ -228,6 +243,9 @@ def _apply_granted(state: NodeState, event: ResourcesGranted) -> NodeState:
         pod.cpu_accounted,
         pod.memory_accounted,
         event.load if event.load is not None else pod.load,
+        pod.scaling_enabled,
+        pod.migration_enabled,
+        False,  # its agent spoke: nothing is uncertain about it any more
     )
     pods = dict(state.vm_pods)
     pods[event.pod] = granted
@@ -300,18 +318,37 @@ def _apply_restarted(state: NodeState, event: ControllerRestarted) -> NodeState:
             bound.memory_reserved,
             bound.memory_buffer,
         )
+        # Only its agent can tell what a VM uses now; a VM that does not scale has none.
+        scaling, migration = bound.scaling_enabled, bound.migration_enabled
         if old is None:
-            pods[bound.pod] = VmPod(bound.pod, new_cpu, new_memory, bound.gpu)
+            pods[bound.pod] = VmPod(
+                bound.pod,
+                new_cpu,
+                new_memory,
+                bound.gpu,
+                scaling_enabled=scaling,
+                migration_enabled=migration,
+                awaiting_contact=scaling,
+            )
             gpu += bound.gpu
-            cpu = _rebound(cpu, None, new_cpu)
-            memory = _rebound(memory, None, new_memory)
+            cpu = _added(cpu, new_cpu)
+            memory = _added(memory, new_memory)
             continue
-        # Capacity pressure is a request still wanted: it survives the restart.
-        new_cpu = replace(new_cpu, capacity_pressure=old.cpu.capacity_pressure)
-        new_memory = replace(new_memory, capacity_pressure=old.memory.capacity_pressure)
-        pods[bound.pod] = replace(old, cpu=new_cpu, memory=new_memory)
-        cpu = _rebound(cpu, old.cpu, new_cpu)
-        memory = _rebound(memory, old.memory, new_memory)
+        # Capacity pressure is a request still wanted: it survives the restart (unless the VM
+        # no longer scales, so nothing can want more).
+        if scaling:
+            new_cpu = replace(new_cpu, capacity_pressure=old.cpu.capacity_pressure)
+            new_memory = replace(new_memory, capacity_pressure=old.memory.capacity_pressure)
+        pods[bound.pod] = replace(
+            old,
+            cpu=new_cpu,
+            memory=new_memory,
+            scaling_enabled=scaling,
+            migration_enabled=migration,
+            awaiting_contact=scaling,
+        )
+        cpu = _repod(cpu, old.cpu, new_cpu)
+        memory = _repod(memory, old.memory, new_memory)
     return replace(
         state,
         vm_pods=pods,
@@ -322,11 +359,96 @@ def _apply_restarted(state: NodeState, event: ControllerRestarted) -> NodeState:
     )
 
 
-def _rebound(node: ResourceState, old: PodResource | None, new: PodResource) -> ResourceState:
-    old_reserved = old.reserved if old is not None else 0
-    old_buffer = old.buffer if old is not None else 0
+def _added(node: ResourceState, new: PodResource) -> ResourceState:
+    return replace(node, reserved=node.reserved + new.reserved, buffer=node.buffer + new.buffer)
+
+
+def _repod(node: ResourceState, old: PodResource, new: PodResource) -> ResourceState:
+    """The node's figures once one pod's resource goes from ``old`` to ``new``."""
     return replace(
         node,
-        reserved=_sat(node.reserved - old_reserved + new.reserved),
-        buffer=_sat(node.buffer - old_buffer + new.buffer),
+        reserved=_sat(node.reserved - old.reserved + new.reserved),
+        buffer=_sat(node.buffer - old.buffer + new.buffer),
+        capacity_pressure=_sat(
+            node.capacity_pressure - old.capacity_pressure + new.capacity_pressure
+        ),
     )
+
+
+def _with_pod(state: NodeState, old: VmPod, new: VmPod) -> NodeState:
+    return replace(
+        state,
+        vm_pods={**state.vm_pods, new.name: new},
+        cpu=_repod(state.cpu, old.cpu, new.cpu),
+        memory=_repod(state.memory, old.memory, new.memory),
+    )
+
+
+def _apply_limits(state: NodeState, event: VmLimitsChanged) -> NodeState:
+    pod = state.vm_pods.get(event.pod)
+    if pod is None:
+        return state
+    cpu = PodResource(
+        event.cpu.min,
+        pod.cpu.use,
+        event.cpu.max,
+        event.cpu_reserved,
+        event.cpu_buffer,
+        event.cpu_pressure,
+    )
+    memory = PodResource(
+        event.memory.min,
+        pod.memory.use,
+        event.memory.max,
+        event.memory_reserved,
+        event.memory_buffer,
+        event.memory_pressure,
+    )
+    return _with_pod(state, pod, replace(pod, cpu=cpu, memory=memory))
+
+
+def _apply_scaling(state: NodeState, event: VmScalingChanged) -> NodeState:
+    pod = state.vm_pods.get(event.pod)
+    if pod is None:
+        return state
+    if event.enabled:
+        cpu = replace(pod.cpu, reserved=event.cpu_reserved)
+        memory = replace(pod.memory, reserved=event.memory_reserved)
+        changed = replace(pod, cpu=cpu, memory=memory, scaling_enabled=True)
+        return _with_pod(state, pod, changed)
+    return _with_pod(
+        state,
+        pod,
+        replace(
+            pod,
+            cpu=_held_at_use(pod.cpu, event.cpu_reserved),
+            memory=_held_at_use(pod.memory, event.memory_reserved),
+            scaling_enabled=False,
+            awaiting_contact=False,
+        ),
+    )
+
+
+def _held_at_use(resource: PodResource, use: int) -> PodResource:
+    # A VM nobody scales holds exactly what it uses: no buffer, no request left unmet.
+    return PodResource(resource.min, use, resource.max, use)
+
+
+def _apply_use(state: NodeState, event: VmUseChanged) -> NodeState:
+    pod = state.vm_pods.get(event.pod)
+    if pod is None:
+        return state
+    changed = replace(
+        pod,
+        cpu=_held_at_use(pod.cpu, event.cpu_milli),
+        memory=_held_at_use(pod.memory, event.memory_slots),
+    )
+    return _with_pod(state, pod, changed)
+
+
+def _apply_migration_switch(state: NodeState, event: VmMigrationChanged) -> NodeState:
+    pod = state.vm_pods.get(event.pod)
+    if pod is None:
+        return state
+    changed = replace(pod, migration_enabled=event.enabled)
+    return replace(state, vm_pods={**state.vm_pods, pod.name: changed})

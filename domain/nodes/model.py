@@ -58,9 +58,20 @@ __all__ = [
     "Unschedulable",
     "UpdateNodeCapacity",
     "ChangeNodeConfig",
+    "ChangeVmLimits",
+    "ComputeUnitMismatch",
+    "Limits",
+    "ScalingDisabled",
+    "SetVmMigration",
+    "SetVmScaling",
+    "UpdateVmUse",
+    "VmLimitsChanged",
+    "VmMigrationChanged",
     "VmPod",
     "VmPodReserved",
     "VmPodSpec",
+    "VmScalingChanged",
+    "VmUseChanged",
 ]
 
 
@@ -85,6 +96,10 @@ class UnknownPod(Rejected):
 
 class MigratingPodMismatch(Rejected):
     """A migrating pod asked for something other than its reservation (the endpoint answers 409)."""
+
+
+class ScalingDisabled(Rejected):
+    """An agent asked for a VM pod whose scaling is disabled: its reservation is its VM's use."""
 
 
 # -- configuration -------------------------------------------------------------------------------
@@ -126,14 +141,28 @@ class Bounds:
     max: int
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A VM's ``min ≤ max`` for one resource, without its use (a change of bounds at run time)."""
+
+    min: int
+    max: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VmPodSpec:
-    """A VM pod as the cluster shows it: its VM's bounds per resource and its GPUs."""
+    """A VM pod as the cluster shows it: its VM's bounds per resource, its GPUs and settings.
+
+    ``scaling_enabled`` is false for a VM no agent scales: it holds exactly its use.
+    ``migration_enabled`` is false for a VM the node must never pick to migrate away.
+    """
 
     name: str
     cpu: Bounds
     memory: Bounds
     gpu: int = 0
+    scaling_enabled: bool = True
+    migration_enabled: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,6 +200,8 @@ class StartupBound:
     memory_reserved: int
     memory_buffer: int
     known: bool
+    scaling_enabled: bool = True
+    migration_enabled: bool = True
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -287,6 +318,49 @@ class RestartController:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ChangeVmLimits:
+    """The VM's bounds changed while it runs (seed 04's limits update): its new min and max."""
+
+    pod: str
+    cpu: Limits
+    memory: Limits
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SetVmScaling:
+    """Scaling was enabled or disabled for the VM (seed 04's ``VmConfig.ScalingEnabled``)."""
+
+    pod: str
+    enabled: bool
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateVmUse:
+    """A VM whose scaling is disabled now uses these amounts (it was resized by hand)."""
+
+    pod: str
+    cpu_milli: int
+    memory_slots: int
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SetVmMigration:
+    """The node may (or may no longer) pick the VM to migrate away (seed 04's
+    ``VmConfig.AutoMigrationEnabled``)."""
+
+    pod: str
+    enabled: bool
+    _: KW_ONLY
+    at: datetime
+
+
 NodeCommand: TypeAlias = (
     JoinNode
     | UpdateNodeCapacity
@@ -297,6 +371,10 @@ NodeCommand: TypeAlias = (
     | DeletePod
     | AgentResourcesRequest
     | RestartController
+    | ChangeVmLimits
+    | SetVmScaling
+    | UpdateVmUse
+    | SetVmMigration
 )
 
 
@@ -342,7 +420,10 @@ class NodeConfigChanged:
 
 @dataclass(frozen=True, slots=True)
 class VmPodReserved:
-    """A VM pod holds ``cpu_reserved``/``memory_reserved`` (its use) on the node."""
+    """A VM pod holds ``cpu_reserved``/``memory_reserved`` (its use) on the node.
+
+    The settings came later than the first stored events: those load with both enabled.
+    """
 
     pod: str
     cpu: Bounds
@@ -352,6 +433,8 @@ class VmPodReserved:
     memory_reserved: int
     already_running: bool
     at: datetime
+    scaling_enabled: bool = True
+    migration_enabled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,12 +497,80 @@ class ResourcesGranted:
 
 @dataclass(frozen=True, slots=True)
 class ComputeUnitViolated:
-    """A warning: an agent asked for an amount that is not a multiple of the unit it was sent."""
+    """A warning, checked per resource: an amount that is not a multiple of the unit sent.
+
+    No longer decided (:class:`ComputeUnitMismatch` checks the request as a whole); logs keep it.
+    """
 
     pod: str
     resource: Resource
     amount: int
     compute_unit: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeUnitMismatch:
+    """A warning: an agent asked for amounts that are not one same whole number of the compute
+    unit it was last sent, for CPU and memory alike, while neither sits at its VM's min or max."""
+
+    pod: str
+    cpu_milli: int
+    memory_slots: int
+    compute_unit: ComputeUnit
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VmLimitsChanged:
+    """The VM's new min and max, and what the pod holds under them.
+
+    ``*_reserved``/``*_buffer`` change only for a pod not yet heard from since a restart;
+    ``*_pressure`` loses any part of an unmet request above the new max.
+    """
+
+    pod: str
+    cpu: Limits
+    memory: Limits
+    cpu_reserved: int
+    cpu_buffer: int
+    cpu_pressure: int
+    memory_reserved: int
+    memory_buffer: int
+    memory_pressure: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VmScalingChanged:
+    """Scaling was switched for the VM; the pod now holds ``*_reserved``.
+
+    Disabled, that is its use: its buffer and capacity pressure are gone.
+    """
+
+    pod: str
+    enabled: bool
+    cpu_reserved: int
+    memory_reserved: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VmUseChanged:
+    """A VM whose scaling is disabled uses (and so holds) these amounts now."""
+
+    pod: str
+    cpu_milli: int
+    memory_slots: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VmMigrationChanged:
+    """The node may (``enabled``) or may not pick the VM to migrate away from now on."""
+
+    pod: str
+    enabled: bool
     at: datetime
 
 
@@ -456,6 +607,11 @@ NodeEvent: TypeAlias = (
     | ComputeUnitViolated
     | MigrationStarted
     | ControllerRestarted
+    | ComputeUnitMismatch
+    | VmLimitsChanged
+    | VmScalingChanged
+    | VmUseChanged
+    | VmMigrationChanged
 )
 
 
@@ -494,6 +650,11 @@ class ResourceState:
         return int(self.watermark_fraction * self.reservable)
 
     @property
+    def above_watermark(self) -> bool:
+        """``reserved > watermark``: only then may the node pick pods to migrate (seed 04)."""
+        return self.reserved > self.watermark
+
+    @property
     def logical_pressure(self) -> int:
         """``reserved − watermark``, saturating."""
         return max(0, self.reserved - self.watermark)
@@ -505,7 +666,11 @@ class ResourceState:
 
     @property
     def needs_migration(self) -> bool:
-        """More pressure than migrations already started account for."""
+        """More pressure than migrations already started account for.
+
+        This resource's own sum; whether the node looks for migrations at all depends on its
+        watermarks too (:func:`~fleetledger.domain.nodes.needs_migration`).
+        """
         wanted = self.logical_pressure + self.capacity_pressure
         return wanted > self.pressure_accounted_for + self.slack
 
@@ -524,7 +689,11 @@ class PodResource:
 
 @dataclass(frozen=True, slots=True)
 class VmPod:
-    """A VM pod on the node."""
+    """A VM pod on the node.
+
+    ``awaiting_contact``: held at a startup bound since a restart, its agent not heard from yet
+    (seed 04's ``receivedContact``, negated); a VM that does not scale has no agent to wait for.
+    """
 
     name: str
     cpu: PodResource
@@ -535,6 +704,9 @@ class VmPod:
     cpu_accounted: int = 0
     memory_accounted: int = 0
     load: float | None = None
+    scaling_enabled: bool = True
+    migration_enabled: bool = True
+    awaiting_contact: bool = False
 
     @property
     def has_metrics(self) -> bool:

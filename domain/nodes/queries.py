@@ -20,15 +20,29 @@ def other_reserved(state: NodeState) -> tuple[int, int]:
 
 
 def needs_migration(state: NodeState) -> bool:
-    """Whether some resource has pressure that started migrations do not yet account for."""
-    return state.present and (state.cpu.needs_migration or state.memory.needs_migration)
+    """Whether the node should pick pods to migrate now.
+
+    Seed 04 ("Pressure and watermarks"): migration targets are picked only while some
+    resource's ``reserved > watermark``; at or below every watermark nothing migrates, whatever
+    the capacity pressure. Past that gate, a resource needs migrations while its logical plus
+    capacity pressure exceeds what started migrations account for plus its slack.
+    """
+    if not state.present:
+        return False
+    cpu, memory = state.cpu, state.memory
+    if not (cpu.above_watermark or memory.above_watermark):
+        return False
+    return cpu.needs_migration or memory.needs_migration
 
 
 def migration_queue(state: NodeState) -> tuple[VmPod, ...]:
-    """The pods that may still be chosen to migrate, in the order they would be."""
+    """The pods that may still be chosen to migrate, in the order they would be.
+
+    A pod already migrating, or whose VM may not be migrated, is not in it.
+    """
     return tuple(
         sorted(
-            (pod for pod in state.vm_pods.values() if not pod.migrating),
+            (pod for pod in state.vm_pods.values() if pod.migration_enabled and not pod.migrating),
             key=lambda pod: (not pod.has_metrics, pod.load or 0.0, pod.name),
         )
     )

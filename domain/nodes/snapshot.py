@@ -23,7 +23,7 @@ from fleetledger.domain.nodes.model import (
 
 __all__ = ["SNAPSHOT_SCHEMA_VERSION", "snapshot", "state_from_snapshot"]
 
-SNAPSHOT_SCHEMA_VERSION = 2
+SNAPSHOT_SCHEMA_VERSION = 3
 
 Data = dict[str, Any]
 
@@ -135,6 +135,7 @@ def _vm_pod(pod: VmPod) -> Data:
         "migrating": pod.migrating,
         "accounted": [pod.cpu_accounted, pod.memory_accounted],
         "load": pod.load,
+        "settings": [pod.scaling_enabled, pod.migration_enabled, pod.awaiting_contact],
     }
 
 
@@ -142,6 +143,7 @@ def _vm_pod_from(data: Mapping[str, Any]) -> VmPod:
     unit = data["last_compute_unit"]
     load = data["load"]
     cpu_accounted, memory_accounted = data["accounted"]
+    scaling, migration, awaiting = data["settings"]
     return VmPod(
         data["name"],
         PodResource(*data["cpu"]),
@@ -152,4 +154,7 @@ def _vm_pod_from(data: Mapping[str, Any]) -> VmPod:
         cpu_accounted,
         memory_accounted,
         None if load is None else float(load),
+        scaling,
+        migration,
+        awaiting,
     )

@@ -16,7 +16,7 @@ from fleetledger.domain.nodes import (
     Bounds,
     ChangeNodeConfig,
     ComputeUnit,
-    ComputeUnitViolated,
+    ComputeUnitMismatch,
     ContainerResources,
     ControllerRestarted,
     DeletePod,
@@ -141,6 +141,11 @@ def granted(events: Sequence[NodeEvent]) -> ResourcesGranted:
     found = [e for e in events if isinstance(e, ResourcesGranted)]
     assert len(found) == 1
     return found[0]
+
+
+def unit_warnings(events: Sequence[NodeEvent]) -> list[NodeEvent]:
+    """The compute-unit warnings among ``events`` (anything but grants and migrations)."""
+    return [e for e in events if not isinstance(e, ResourcesGranted | MigrationStarted)]
 
 
 def vm_spec(
@@ -494,35 +499,56 @@ class TestAgentRequest:
         """Before any answer the agent knows no unit, so nothing is checked."""
         node = Node()
         node.vm("a", cpu=1000, memory=1)
-        events = node.ask("a", 1100, 1)
-        assert not any(isinstance(e, ComputeUnitViolated) for e in events)
+        assert unit_warnings(node.ask("a", 1100, 1)) == []
 
-    def test_unit_violation_is_a_warning_not_a_refusal(self) -> None:
+    def test_unit_mismatch_is_a_warning_not_a_refusal(self) -> None:
         """An amount off the unit last sent is recorded and still granted."""
         node = Node()
         node.vm("a", cpu=1000, memory=1)
-        node.ask("a", 1000, 1)
-        events = node.ask("a", 1100, 1)
-        assert events[0] == ComputeUnitViolated("a", "cpu", 1100, 250, at(1))
+        node.ask("a", 1000, 4)
+        events = node.ask("a", 1100, 4)
+        assert unit_warnings(events) == [ComputeUnitMismatch("a", 1100, 4, UNIT, at(1))]
         assert granted(events).cpu_milli == 1100
+
+    def test_cpu_and_memory_must_be_the_same_number_of_units(self) -> None:
+        """Whole multiples of the unit are not enough: 4 CPU units with 1 memory unit is off
+        the unit (seed 04: the agent asks in compute units, the same count for both)."""
+        node = Node()
+        node.vm("a", cpu=1000, memory=4)
+        node.ask("a", 1000, 4)
+        assert unit_warnings(node.ask("a", 1000, 4)) == []
+        events = node.ask("a", 1000, 1)
+        assert unit_warnings(events) == [ComputeUnitMismatch("a", 1000, 1, UNIT, at(1))]
 
     def test_min_and_max_are_exempt_from_the_unit(self) -> None:
         """The VM's bounds need not be multiples of the unit."""
         node = Node()
-        node.vm("a", cpu=1000, memory=1, cpu_bounds=(100, 2100))
-        node.ask("a", 1000, 1)
-        assert not any(isinstance(e, ComputeUnitViolated) for e in node.ask("a", 2100, 1))
-        assert not any(isinstance(e, ComputeUnitViolated) for e in node.ask("a", 100, 1))
+        node.vm("a", cpu=1000, memory=4, cpu_bounds=(100, 2100))
+        node.ask("a", 1000, 4)
+        assert unit_warnings(node.ask("a", 2100, 1)) == []
+        assert unit_warnings(node.ask("a", 100, 1)) == []
+
+    def test_a_request_at_a_bound_is_exempt_as_a_whole(self) -> None:
+        """One resource at its VM's min or max exempts the request, the other resource too:
+        a VM whose bounds are not in the unit's ratio reaches one bound before the other."""
+        node = Node(config=replace(CONFIG, compute_unit=ComputeUnit(250, 2)))
+        node.vm("a", cpu=1000, memory=8, cpu_bounds=(100, 2100), memory_bounds=(2, 20))
+        node.ask("a", 1000, 8)
+        assert unit_warnings(node.ask("a", 2100, 3)) == []
+        assert unit_warnings(node.ask("a", 1100, 2)) == []
+        assert unit_warnings(node.ask("a", 1100, 20)) == []
+        assert len(unit_warnings(node.ask("a", 1100, 3))) == 1
 
     def test_unit_is_checked_against_the_last_one_sent(self) -> None:
         """After a unit change the agent is held to the unit it was told, once."""
         node = Node()
         node.vm("a", cpu=1000, memory=1)
-        node.ask("a", 1000, 1)
+        node.ask("a", 1000, 4)
         node.do(ChangeNodeConfig(replace(CONFIG, compute_unit=ComputeUnit(500, 2)), at=at(2)))
-        assert not any(isinstance(e, ComputeUnitViolated) for e in node.ask("a", 1250, 1))
-        violations = [e for e in node.ask("a", 1250, 1) if isinstance(e, ComputeUnitViolated)]
-        assert [(v.resource, v.compute_unit) for v in violations] == [("cpu", 500), ("memory", 2)]
+        assert unit_warnings(node.ask("a", 1250, 5)) == []
+        assert unit_warnings(node.ask("a", 1250, 5)) == [
+            ComputeUnitMismatch("a", 1250, 5, ComputeUnit(500, 2), at(1))
+        ]
 
     def test_migrating_pod_must_ask_its_reservation(self) -> None:
         """A migrating pod asking anything else is refused; asking its reservation is answered."""
@@ -586,12 +612,12 @@ class TestPressure:
 
     def test_migration_accounts_reserved_and_pressure(self) -> None:
         """Starting a migration accounts the pod's reserved plus its capacity pressure."""
-        node = Node()
+        node = Node(config=replace(CONFIG, cpu_watermark=0.9))
         node.vm("a", cpu=1000, memory=1)
         node.vm("b", cpu=8000, memory=1)
-        node.ask("b", 8000, 1, load=0.5)
-        events = node.ask("a", 4000, 1, load=0.1)
-        # a gets 2000 and 2000 of pressure; it has the lowest load, so it is the one to go.
+        node.ask("a", 4000, 1)
+        # a got 2000 and 2000 of pressure; first in the queue, it goes on the next decision.
+        events = node.ask("b", 8000, 1)
         assert [e for e in events if isinstance(e, MigrationStarted)] == [
             MigrationStarted("a", 4000, 1, at(1))
         ]
@@ -626,10 +652,103 @@ class TestPressure:
     def test_empty_queue_stops_the_search(self) -> None:
         """With every pod migrating, more pressure starts nothing more."""
         node = Node(config=replace(CONFIG, cpu_watermark=0.1))
-        node.vm("a", cpu=1000, memory=1)
+        node.vm("a", cpu=2000, memory=1)
         events = node.ask("a", 9000, 1)
         assert [e.pod for e in events if isinstance(e, MigrationStarted)] == ["a"]
-        assert node.ask("a", 9000, 1)[-1] == granted(node.ask("a", 9000, 1))
+        assert node.ask("a", 2000, 1)[-1] == granted(node.ask("a", 2000, 1))
+
+    def test_nothing_migrates_at_the_watermark_whatever_the_capacity_pressure(self) -> None:
+        """Seed 04: migrations are picked only while reserved > watermark. A full node with a
+        watermark of 1.0 and an unmet request has capacity pressure but starts nothing."""
+        node = Node()
+        node.vm("a", cpu=2000, memory=1)
+        node.vm("b", cpu=8000, memory=1)
+        events = node.ask("a", 4000, 1, load=0.1)
+        assert granted(events).cpu_pressure == 2000
+        assert not [e for e in events if isinstance(e, MigrationStarted)]
+        assert not needs_migration(node.state)
+
+    def test_memory_at_its_watermark_starts_nothing_either(self) -> None:
+        """Memory is compared the same way: reserved equal to its watermark is no pressure."""
+        node = Node()
+        node.vm("a", cpu=1000, memory=2)
+        node.vm("b", cpu=1000, memory=8)
+        events = node.ask("a", 1000, 4, load=0.1)
+        assert granted(events).memory_pressure == 2
+        assert node.state.memory.reserved == node.state.memory.watermark
+        assert not [e for e in events if isinstance(e, MigrationStarted)]
+        assert not needs_migration(node.state)
+
+    def test_capacity_pressure_counts_once_the_node_is_above_a_watermark(self) -> None:
+        """Above the watermark, capacity pressure adds to the logical pressure to account for."""
+        node = Node(config=replace(CONFIG, cpu_watermark=0.5))
+        node.vm("a", cpu=4000, memory=1)
+        node.vm("b", cpu=2000, memory=1)
+        # 1000 above the watermark, accounted for by b's migration ...
+        node.record([MigrationStarted("b", 2000, 1, at())])
+        assert not needs_migration(node.state)
+        # ... until a wants 2000 more than it holds: 3000 to account for, 2000 are.
+        node.record([ResourcesGranted("a", 6000, 1, 4000, 1, 2000, 0, UNIT, None, at())])
+        assert needs_migration(node.state)
+
+
+class TestMigrationStartingOnItsOwnRequest:
+    """Seed 04 (``handleRequested`` with ``startingMigration``): a pod whose migration starts on
+    its own request is granted no increase; what it asked beyond its reservation becomes
+    capacity pressure, which its migration accounts for."""
+
+    def test_the_increase_becomes_pressure(self) -> None:
+        """Node reserved 7 of 10 CPUs, watermark 6: the pod asking 2 → 4 keeps 2, wants 2."""
+        node = Node(config=replace(CONFIG, cpu_watermark=0.6))
+        node.vm("a", cpu=2000, memory=1)
+        node.vm("b", cpu=5000, memory=1)
+        events = node.ask("a", 4000, 1, load=0.1)
+        permit = granted(events)
+        assert (permit.cpu_milli, permit.cpu_pressure) == (2000, 2000)
+        assert [e for e in events if isinstance(e, MigrationStarted)] == [
+            MigrationStarted("a", 4000, 1, at(1))
+        ]
+        assert (node.state.cpu.reserved, node.state.cpu.capacity_pressure) == (7000, 2000)
+        assert node.replayed() == node.state
+
+    def test_a_decrease_in_the_same_request_is_granted(self) -> None:
+        """Only increases are held back: a resource the pod lowers is lowered."""
+        node = Node(config=replace(CONFIG, cpu_watermark=0.6))
+        node.vm("a", cpu=3000, memory=1)
+        node.vm("b", cpu=5000, memory=1)
+        events = node.ask("a", 2000, 3, load=0.1)
+        permit = granted(events)
+        assert (permit.cpu_milli, permit.memory_slots, permit.memory_pressure) == (2000, 1, 2)
+        assert [e for e in events if isinstance(e, MigrationStarted)] == [
+            MigrationStarted("a", 2000, 3, at(1))
+        ]
+
+    def test_another_pods_migration_leaves_the_increase_granted(self) -> None:
+        """A request that starts some other pod's migration is granted as usual."""
+        node = Node(config=replace(CONFIG, cpu_watermark=0.6))
+        node.vm("a", cpu=2000, memory=1)
+        node.vm("b", cpu=4000, memory=1)
+        node.ask("b", 4000, 1, load=0.1)
+        events = node.ask("a", 3000, 1, load=0.5)
+        assert granted(events).cpu_milli == 3000
+        assert [e.pod for e in events if isinstance(e, MigrationStarted)] == ["b"]
+
+    def test_an_increase_crossing_the_watermark_is_granted_and_its_migration_waits(
+        self,
+    ) -> None:
+        """The seed decides on the node as the request finds it: below the watermark, the
+        increase is granted. The pod, first in the queue, migrates on the next decision."""
+        node = Node(config=replace(CONFIG, cpu_watermark=0.5))
+        node.vm("a", cpu=1000, memory=1)
+        node.vm("b", cpu=4000, memory=1)
+        first = node.ask("a", 3000, 1, load=0.1)
+        assert granted(first).cpu_milli == 3000
+        assert not [e for e in first if isinstance(e, MigrationStarted)]
+        assert needs_migration(node.state)
+        second = node.ask("a", 3000, 1, load=0.1)
+        assert granted(second).cpu_milli == 3000
+        assert [e.pod for e in second if isinstance(e, MigrationStarted)] == ["a"]
+        assert not needs_migration(node.state)
 
 
 class TestConfigChange:

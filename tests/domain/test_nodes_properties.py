@@ -18,12 +18,15 @@ from fleetledger.domain.nodes import (
     AgentResourcesRequest,
     Bounds,
     ChangeNodeConfig,
+    ChangeVmLimits,
     ComputeUnit,
+    ComputeUnitMismatch,
     ComputeUnitViolated,
     ContainerResources,
     ControllerRestarted,
     DeletePod,
     JoinNode,
+    Limits,
     MigrationStarted,
     NodeCapacityChanged,
     NodeCommand,
@@ -42,13 +45,22 @@ from fleetledger.domain.nodes import (
     ReservePods,
     ResourcesGranted,
     RestartController,
+    SetVmMigration,
+    SetVmScaling,
     StartupBound,
     UpdateNodeCapacity,
+    UpdateVmUse,
+    VmLimitsChanged,
+    VmMigrationChanged,
+    VmPod,
     VmPodReserved,
     VmPodSpec,
+    VmScalingChanged,
+    VmUseChanged,
     decide,
     evolve,
     initial_state,
+    needs_migration,
     other_reserved,
     snapshot,
     state_from_snapshot,
@@ -92,9 +104,16 @@ def _check_consistent(state: NodeState) -> None:
     assert state.cpu.capacity_pressure == sum(p.cpu.capacity_pressure for p in pods)
     assert state.memory.capacity_pressure == sum(p.memory.capacity_pressure for p in pods)
     assert state.cpu.pressure_accounted_for == sum(p.cpu_accounted for p in pods if p.migrating)
+    assert state.memory.pressure_accounted_for == sum(
+        p.memory_accounted for p in pods if p.migrating
+    )
     for pod in pods:
         assert pod.cpu.buffer <= pod.cpu.reserved
         assert pod.memory.buffer <= pod.memory.reserved
+        if not pod.scaling_enabled:
+            # A VM nobody scales holds exactly its use: nothing uncertain, nothing wanted.
+            assert (pod.cpu.buffer, pod.memory.buffer, pod.awaiting_contact) == (0, 0, False)
+            assert (pod.cpu.capacity_pressure, pod.memory.capacity_pressure) == (0, 0)
 
 
 def _bounds(data: st.DataObject, top: int) -> Bounds:
@@ -114,15 +133,41 @@ def _other_spec(data: st.DataObject, pod: str) -> OtherPodSpec:
     return OtherPodSpec(name=pod, containers=containers)
 
 
+def _vm_spec(data: st.DataObject, pod: str) -> VmPodSpec:
+    mostly = st.sampled_from((True, True, True, False))
+    return VmPodSpec(
+        name=pod,
+        cpu=_bounds(data, 8000),
+        memory=_bounds(data, 16),
+        scaling_enabled=data.draw(mostly),
+        migration_enabled=data.draw(mostly),
+    )
+
+
+def _limits(data: st.DataObject, top: int) -> Limits:
+    low = data.draw(st.integers(0, top // 4))
+    return Limits(low, data.draw(st.integers(low, top)))
+
+
 def _command(data: st.DataObject, state: NodeState, step: int) -> NodeCommand:
     at = T0 + timedelta(seconds=step)
     kind = data.draw(
         st.sampled_from(
             ("request",) * 6
             + ("vm", "vm", "other", "others", "delete", "config", "restart", "size")
+            + ("limits", "scaling", "use", "migration")
         )
     )
     pod = data.draw(st.sampled_from(PODS))
+    if kind == "limits":
+        return ChangeVmLimits(pod, _limits(data, 8000), _limits(data, 16), at=at)
+    if kind == "scaling":
+        return SetVmScaling(pod, data.draw(st.booleans()), at=at)
+    if kind == "migration":
+        return SetVmMigration(pod, data.draw(st.booleans()), at=at)
+    if kind == "use":
+        cpu, memory = data.draw(st.integers(0, 8000)), data.draw(st.integers(0, 16))
+        return UpdateVmUse(pod, cpu, memory, at=at)
     if kind == "request" and pod in state.vm_pods:
         vm = state.vm_pods[pod]
         fractional = data.draw(st.booleans())
@@ -141,8 +186,7 @@ def _command(data: st.DataObject, state: NodeState, step: int) -> NodeCommand:
             load=data.draw(st.none() | st.floats(0, 8, allow_nan=False)),
         )
     if kind in ("vm", "request"):
-        spec = VmPodSpec(name=pod, cpu=_bounds(data, 8000), memory=_bounds(data, 16))
-        return ReservePod(spec, at=at, already_running=data.draw(st.booleans()))
+        return ReservePod(_vm_spec(data, pod), at=at, already_running=data.draw(st.booleans()))
     if kind == "other":
         return ReservePod(_other_spec(data, pod), at=at)
     if kind == "others":
@@ -156,7 +200,10 @@ def _command(data: st.DataObject, state: NodeState, step: int) -> NodeCommand:
             cpu_system_milli=data.draw(st.integers(0, 6000)),
             memory_system_slots=data.draw(st.integers(0, 8)),
             cpu_watermark=data.draw(st.sampled_from((0.0, 0.5, 0.9, 1.0))),
-            compute_unit=ComputeUnit(data.draw(st.sampled_from((250, 500, 1000))), 1),
+            memory_watermark=data.draw(st.sampled_from((0.5, 0.8, 1.0))),
+            compute_unit=ComputeUnit(
+                data.draw(st.sampled_from((250, 500, 1000))), data.draw(st.sampled_from((1, 2)))
+            ),
         )
         return ChangeNodeConfig(config, at=at)
     if kind == "size":
@@ -164,7 +211,7 @@ def _command(data: st.DataObject, state: NodeState, step: int) -> NodeCommand:
             data.draw(st.integers(4000, 16_000)), data.draw(st.integers(4, 24)) * SLOT, 0, at=at
         )
     listed = tuple(
-        VmPodSpec(name=name, cpu=_bounds(data, 8000), memory=_bounds(data, 16))
+        _vm_spec(data, name)
         for name in data.draw(st.lists(st.sampled_from(PODS), unique=True, max_size=3))
         if name not in state.other_pods
     )
@@ -172,11 +219,46 @@ def _command(data: st.DataObject, state: NodeState, step: int) -> NodeCommand:
     return RestartController(state.incarnation + 1, listed, rule, at=at)  # type: ignore[arg-type]
 
 
+def _check_request(
+    state: NodeState, command: AgentResourcesRequest, events: list[NodeEvent]
+) -> None:
+    """What one agent request decided, against the seed's rules for it."""
+    pod = state.vm_pods[command.pod]
+    [grant] = [e for e in events if isinstance(e, ResourcesGranted)]
+    if any(isinstance(e, MigrationStarted) and e.pod == pod.name for e in events):
+        # No increase on the request that starts the pod's own migration: the rest is pressure.
+        for permit, pressure, asked, held in (
+            (grant.cpu_milli, grant.cpu_pressure, command.cpu_milli, pod.cpu.reserved),
+            (grant.memory_slots, grant.memory_pressure, command.memory_slots, pod.memory.reserved),
+        ):
+            assert (permit, permit + pressure) == (min(asked, held), asked)
+    warned = [e for e in events if isinstance(e, ComputeUnitMismatch)]
+    if _on_unit(pod, command):
+        assert warned == []
+    else:
+        assert [(e.cpu_milli, e.memory_slots, e.compute_unit) for e in warned] == [
+            (command.cpu_milli, command.memory_slots, pod.last_compute_unit)
+        ]
+
+
+def _on_unit(pod: VmPod, command: AgentResourcesRequest) -> bool:
+    """The unit rule, stated plainly: no unit sent yet, a resource at a bound, or n units each."""
+    unit = pod.last_compute_unit
+    if unit is None:
+        return True
+    cpu, memory = command.cpu_milli, command.memory_slots
+    if cpu in (pod.cpu.min, pod.cpu.max) or memory in (pod.memory.min, pod.memory.max):
+        return True
+    return any((cpu, memory) == (n * unit.cpu_milli, n * unit.memory_slots) for n in range(0, 65))
+
+
 class TestInvariants:
     @settings(max_examples=100, deadline=None)
     @given(st.data())
     def test_random_traffic_keeps_every_invariant(self, data: st.DataObject) -> None:
-        """No negative value, no grant past total − system, sums agree; replay, snapshot agree."""
+        """No negative value, no grant past total − system, no increase for a pod starting its
+        migration, no migration at or below the watermarks or of a pod that may not migrate,
+        the unit rule, sums agree; replay, snapshot agree."""
         state = initial_state()
         log: list[NodeEvent] = []
         for event in decide(state, JoinNode("n", 10_000, 16 * SLOT, 0, CONFIG, at=T0)):
@@ -188,6 +270,8 @@ class TestInvariants:
                 events = decide(state, command)
             except Rejected:
                 continue
+            if isinstance(command, AgentResourcesRequest):
+                _check_request(state, command, events)
             for event in events:
                 before = state
                 log.append(event)
@@ -198,6 +282,12 @@ class TestInvariants:
                         assert state.cpu.reserved <= state.cpu.total - state.cpu.system
                     if event.memory_slots > pod.memory.reserved:
                         assert state.memory.reserved <= state.memory.total - state.memory.system
+                if isinstance(event, MigrationStarted):
+                    # Seed 04: targets are picked only while some reserved > its watermark,
+                    # and only among pods whose VM may migrate.
+                    assert before.cpu.above_watermark or before.memory.above_watermark
+                    assert before.vm_pods[event.pod].migration_enabled
+                    assert needs_migration(before)
             negative = [(where, v) for where, v in _ints(state) if v < 0]
             assert negative == []
             _check_consistent(state)
@@ -320,8 +410,14 @@ SAMPLES: list[NodeEvent] = [
     PodDeleted("a", T0),
     ResourcesGranted("a", 3000, 4, 2000, 4, 1000, 0, ComputeUnit(250, 1), 0.75, T0),
     ResourcesGranted("a", 3000, 4, 3000, 4, 0, 0, ComputeUnit(250, 1), None, T0),
+    VmPodReserved("a", BOUNDS, Bounds(1, 2, 8), 0, 1000, 2, True, T0, False, False),
     ComputeUnitViolated("a", "memory", 3, 2, T0),
+    ComputeUnitMismatch("a", 1000, 3, ComputeUnit(250, 1), T0),
     MigrationStarted("a", 3000, 4, T0),
+    VmLimitsChanged("a", Limits(250, 6000), Limits(1, 12), 6000, 5000, 0, 4, 2, 1, T0),
+    VmScalingChanged("a", False, 1000, 2, T0),
+    VmUseChanged("a", 1500, 3, T0),
+    VmMigrationChanged("a", False, T0),
     ControllerRestarted(
         2,
         "log_bound",
@@ -352,6 +448,37 @@ class TestStoredForm:
             if name.startswith("nodes.")
         }
         assert registered == {f"nodes.{type(e).__name__}": 1 for e in SAMPLES}
+
+    def test_events_stored_before_the_vm_settings_still_load(self) -> None:
+        """A VM pod reserved, or bounded by a restart, before VMs had settings loads with
+        scaling and migration enabled, as every VM pod then was."""
+        reserved = {
+            "pod": "a",
+            "cpu": {"min": 250, "use": 1000, "max": 4000},
+            "memory": {"min": 1, "use": 2, "max": 8},
+            "gpu": 0,
+            "cpu_reserved": 1000,
+            "memory_reserved": 2,
+            "already_running": False,
+            "at": T0.isoformat(),
+        }
+        event = from_data("nodes.VmPodReserved", 1, reserved)
+        assert isinstance(event, VmPodReserved)
+        assert (event.scaling_enabled, event.migration_enabled) == (True, True)
+        bound = {k: v for k, v in reserved.items() if k in ("pod", "cpu", "memory", "gpu")} | {
+            "cpu_reserved": 2000,
+            "cpu_buffer": 1000,
+            "memory_reserved": 4,
+            "memory_buffer": 2,
+            "known": True,
+        }
+        restarted = from_data(
+            "nodes.ControllerRestarted",
+            1,
+            {"incarnation": 2, "rule": "log_bound", "bounds": [bound], "at": T0.isoformat()},
+        )
+        assert isinstance(restarted, ControllerRestarted)
+        assert restarted.bounds[0].scaling_enabled and restarted.bounds[0].migration_enabled
 
     @pytest.mark.parametrize("event", SAMPLES, ids=lambda e: type(e).__name__)
     def test_round_trip_through_json(self, event: NodeEvent) -> None:

@@ -32,9 +32,14 @@ def vm_pod(
     *,
     cpu: tuple[int, int, int] = (1000, 2000, 4000),
     memory: tuple[int, int, int] = (1, 2, 4),
+    scaling: bool = True,
+    migration: bool = True,
 ) -> PodSpec:
-    """A VM pod bound to ``on`` with its VM's bounds (milli-CPU, memory slots)."""
-    return PodSpec(name, node=on, annotations=vm_annotations(Bounds(*cpu), Bounds(*memory)))
+    """A VM pod bound to ``on`` with its VM's bounds (milli-CPU, memory slots) and settings."""
+    annotations = vm_annotations(
+        Bounds(*cpu), Bounds(*memory), scaling=scaling, migration=migration
+    )
+    return PodSpec(name, node=on, annotations=annotations)
 
 
 def cluster(*nodes: Node, pods: tuple[PodSpec, ...] = ()) -> FakeCluster:

@@ -13,6 +13,7 @@ from fleetledger.adapters.nodes import (
     MigratingPodMismatch,
     NodeService,
     NodesRuntime,
+    RequestRefused,
     UnknownPod,
 )
 from fleetledger.domain import nodes
@@ -78,6 +79,23 @@ class TestRequestResources:
                 pod, cpu_milli=held.cpu.min, memory_slots=held.memory.min
             )
         assert grant.node == "n1"
+
+    def test_a_unit_mismatch_is_answered_with_a_warning(self, runtime: NodesRuntime) -> None:
+        """An amount off the compute unit is granted, and the grant says what was off."""
+        runtime.service.request_resources("a", cpu_milli=2000, memory_slots=2)
+        grant = runtime.service.request_resources("a", cpu_milli=2000, memory_slots=3)
+        assert grant.cpu_milli == 2000
+        assert grant.warnings == (
+            "2000 milli-CPU and 3 memory slots are not the same whole number of the compute "
+            "unit (250 milli-CPU, 1 slots) last sent to this pod",
+        )
+
+    def test_a_vm_without_scaling_is_refused(self, store: EventStore) -> None:
+        """No permits for a VM whose scaling is disabled: the request is refused (409)."""
+        fleet = cluster(node("n1"), pods=(vm_pod("fixed", "n1", scaling=False),))
+        runtime = manual_runtime(store, fleet)
+        with pytest.raises(RequestRefused, match="scaling is disabled"):
+            runtime.service.request_resources("fixed", cpu_milli=3000, memory_slots=2)
 
 
 class TestBatching:

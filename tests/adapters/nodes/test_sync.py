@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from fleetledger.adapters.cluster import FakeCluster, Node, PodSpec
 from fleetledger.adapters.nodes import NodesRuntime
-from fleetledger.adapters.nodes.specs import CPU_ANNOTATION, MEMORY_ANNOTATION
+from fleetledger.adapters.nodes.specs import (
+    CPU_ANNOTATION,
+    MEMORY_ANNOTATION,
+    SCALING_ANNOTATION,
+)
 from fleetledger.eventstore import EventStore
 
 from .support import cluster, manual_runtime, node, vm_pod
@@ -74,7 +78,7 @@ class TestClusterSync:
     def test_a_refused_pod_does_not_block_the_rest(self, store: EventStore) -> None:
         """A pod the node refuses (bounds out of order) is reported; the others go in."""
         bad = PodSpec(
-            "bad", node="n1", annotations={CPU_ANNOTATION: "5,1,9", MEMORY_ANNOTATION: "1,1,1"}
+            "bad", node="n1", annotations={CPU_ANNOTATION: "9,1,5", MEMORY_ANNOTATION: "1,1,1"}
         )
         runtime = manual_runtime(store, cluster(node("n1")))
         fleet = _fleet(runtime)
@@ -84,6 +88,12 @@ class TestClusterSync:
         assert set(runtime.service.stream("n1").state.vm_pods) == {"good"}
         assert any("bad" in reason for reason in report.skipped)
 
+    def test_a_running_vm_using_more_than_a_lowered_max_is_counted(self, store: EventStore) -> None:
+        """A VM whose max was just lowered under its use still holds that use: it is counted."""
+        lagging = vm_pod("lagging", "n1", cpu=(1000, 3000, 2000))
+        runtime = manual_runtime(store, cluster(node("n1"), pods=(lagging,)))
+        assert runtime.service.stream("n1").state.vm_pods["lagging"].cpu.reserved == 3000
+
     def test_only_labelled_nodes_are_accounted_when_asked(self, store: EventStore) -> None:
         """With node_label, unlabelled nodes are not joined."""
         fleet = FakeCluster(
@@ -91,3 +101,44 @@ class TestClusterSync:
         )
         runtime = NodesRuntime(store, fleet, node_label="vms", threads=False).start()
         assert set(runtime.service.hosted()) == {"vm-node"}
+
+
+class TestVmSettings:
+    def test_a_vm_without_scaling_holds_its_use_and_follows_it(self, store: EventStore) -> None:
+        """Taken over or reserved, a VM whose scaling is disabled holds exactly its use; a use
+        the cluster shows changed is followed."""
+        fleet = cluster(node("n1"), pods=(vm_pod("f", "n1", scaling=False),))
+        runtime = manual_runtime(store, fleet)
+        pod = runtime.service.stream("n1").state.vm_pods["f"]
+        assert (pod.scaling_enabled, pod.cpu.reserved, pod.cpu.buffer) == (False, 2000, 0)
+        _fleet(runtime).delete_pod("f")
+        _fleet(runtime).create_pod(vm_pod("f", "n1", cpu=(1000, 3000, 4000), scaling=False))
+        runtime.step()
+        assert runtime.service.stream("n1").state.vm_pods["f"].cpu.reserved == 3000
+
+    def test_settings_and_bounds_the_cluster_changes_are_followed(self, store: EventStore) -> None:
+        """Scaling and migration switched off, new bounds: each reaches the node once."""
+        runtime = manual_runtime(store, cluster(node("n1"), pods=(vm_pod("v", "n1"),)))
+        runtime.service.request_resources("v", cpu_milli=3000, memory_slots=3)
+        fleet = _fleet(runtime)
+        fleet.delete_pod("v")
+        fleet.create_pod(
+            vm_pod(
+                "v", "n1", cpu=(500, 2500, 3000), memory=(1, 3, 8), scaling=False, migration=False
+            )
+        )
+        runtime.step()
+        pod = runtime.service.stream("n1").state.vm_pods["v"]
+        assert (pod.scaling_enabled, pod.migration_enabled) == (False, False)
+        assert (pod.cpu.min, pod.cpu.max, pod.memory.max) == (500, 3000, 8)
+        assert (pod.cpu.reserved, pod.memory.reserved) == (2500, 3)
+        head = store.head()
+        runtime.step()
+        assert store.head() == head
+
+    def test_an_unreadable_switch_leaves_the_pod_out(self, store: EventStore) -> None:
+        """A setting that is neither true nor false is reported like any bad annotation."""
+        readable = vm_pod("odd", "n1").annotations
+        odd = PodSpec("odd", node="n1", annotations={**readable, SCALING_ANNOTATION: "maybe"})
+        runtime = manual_runtime(store, cluster(node("n1"), pods=(odd, vm_pod("ok", "n1"))))
+        assert set(runtime.service.stream("n1").state.vm_pods) == {"ok"}
