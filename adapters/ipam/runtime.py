@@ -2,9 +2,10 @@
 
 ``IpamRuntime`` wires the subnets of one database to one allocator::
 
-    with IpamRuntime(store, allocator) as ipam:         # start(): read model, follow, lead
+    config = IpamConfig(x_nsf=2, x_ssf=0.9, max_ips=250)  # seed 03's factors; validated here
+    with IpamRuntime(store, allocator, config=config) as ipam:  # read model, follow, lead
         ipam.service.create("pods-a", 1024)
-        ipam.service.join("pods-a", ["node-1", "node-2"])
+        ipam.service.join("pods-a", ["node-1", "node-2"], max_ips={"node-2": 30})  # max pods
         ipam.service.report_demand("pods-a", "node-1", 12)
         ipam.projection.view("pods-a")                    # what GET /v1/subnets/pods-a shows
 

@@ -16,7 +16,7 @@ deposed leader cannot record a side effect's result.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 
@@ -133,11 +133,22 @@ class SubnetService:
             subnet_id, lambda at: CreateSubnet(subnet_id, capacity, at=at), f"create:{subnet_id}"
         )
 
-    def join(self, subnet_id: str, nodes: Sequence[str]) -> Decision[SubnetEvent]:
-        """``nodes`` take their pod IPs from ``subnet_id`` (planned together)."""
+    def join(
+        self,
+        subnet_id: str,
+        nodes: Sequence[str],
+        *,
+        max_ips: Mapping[str, int] | None = None,
+    ) -> Decision[SubnetEvent]:
+        """``nodes`` take their pod IPs from ``subnet_id`` (planned together); ``max_ips`` gives
+        a node its own maximum IP count (its max pods, 1 to 250), the others have the
+        configured one."""
         names = tuple(nodes)
+        maxima = dict(max_ips or {})
         return self._execute(
-            subnet_id, lambda at: JoinNodes(subnet_id, names, at=at), f"join:{','.join(names)}"
+            subnet_id,
+            lambda at: JoinNodes(subnet_id, names, at=at, max_ips=maxima),
+            f"join:{','.join(names)}",
         )
 
     def leave(self, subnet_id: str, node: str) -> Decision[SubnetEvent]:

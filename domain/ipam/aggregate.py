@@ -9,13 +9,19 @@ After each fact the aggregate re-plans, in this order, and records each change a
 
 1. the exhaustion flag, fed the subnet's *floor* (every pool at ``B = 1``, buffer 1) so that it
    depends on demand only (:class:`ExhaustionChanged`);
-2. the batch: 1 while exhausted, else :func:`subnet_batch_size` of the nodes' demands
-   (:class:`BatchSizeChanged`, with the inputs that caused it);
-3. each node's pool: the target ``pool_size(demand, B, buffer)`` (buffer 1 while exhausted) and
-   which held IPs not in use are pending release (:class:`PoolResized`);
+2. the batch: 1 while exhausted, else :func:`subnet_batch_size` of the nodes' demands and
+   maxima (:class:`BatchSizeChanged`, with the inputs that caused it), never above the largest
+   node maximum;
+3. each node's pool: the target ``pool_size(demand, min(B, m), buffer, max_ips=m)`` for the
+   node's maximum ``m`` (buffer 1 while exhausted) and which held IPs not in use are pending
+   release (:class:`PoolResized`, with the node's own batch ``min(B, m)``);
 4. what to ask the allocator for: one :class:`IpsRequested` per node short of its target, within
    what the subnet has left (held and in-flight IPs both count), nodes with the largest
    shortfall of usable IPs first.
+
+A node's maximum (``m``) is what it was joined with (:class:`JoinNodes` ``max_ips``, its max pods —
+nodes of different sizes differ), capped by the configured ``max_ips`` (at most 250), which is
+also the maximum of a node joined without one.
 
 Because the batch and the flag are functions of the demands (the flag with hysteresis), a subnet
 whose demands stay put reaches its plan in one decision and then emits nothing more — allocations
@@ -32,7 +38,7 @@ whenever it changes; node informers send :class:`JoinNodes` / :class:`LeaveNode`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal, TypeAlias
@@ -44,7 +50,9 @@ from fleetledger.domain.ipam.sizing import (
     DEFAULT_MAX_IPS,
     DEFAULT_UPPER_THRESHOLD,
     DEFAULT_X_NSF,
+    DEFAULT_X_SSF,
     batch_ceiling,
+    check_max_ips,
     next_exhausted,
     plan_release,
     pool_size,
@@ -92,19 +100,29 @@ Direction = Literal["rising", "falling", "steady"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IpamConfig:
-    """Sizing policy for every subnet. Validated once, here; events never depend on it except
-    through the decisions they record."""
+    """Sizing policy for every subnet. Validated once, here (a bad value raises
+    :class:`InvalidCommand` naming the field and its range, and no configuration exists);
+    events never depend on it except through the decisions they record.
+
+    ``buffer`` is the spare fraction of a batch each pool keeps; ``x_nsf ≥ 1`` the node safety
+    factor and ``0 < x_ssf ≤ 1`` the subnet safety factor of seed 03 (see
+    :mod:`~fleetledger.domain.ipam.sizing`); ``max_ips`` in ``[1, 250]`` the most IPs a node
+    holds (and the maximum of a node joined without its own); ``upper`` and ``lower`` the
+    exhaustion thresholds.
+    """
 
     buffer: float = DEFAULT_BUFFER
     x_nsf: float = DEFAULT_X_NSF
+    x_ssf: float = DEFAULT_X_SSF
     max_ips: int = DEFAULT_MAX_IPS
     upper: float = DEFAULT_UPPER_THRESHOLD
     lower: float = DEFAULT_LOWER_THRESHOLD
 
     def __post_init__(self) -> None:
         # Each sizing function validates its own inputs with an actionable message.
+        check_max_ips("max_ips", self.max_ips)
         pool_size(0, 1, buffer=self.buffer, max_ips=self.max_ips)
-        batch_ceiling(1, 1, x_nsf=self.x_nsf)
+        batch_ceiling(1, 1, x_nsf=self.x_nsf, x_ssf=self.x_ssf)
         next_exhausted(False, 0, 1, upper=self.upper, lower=self.lower)
 
 
@@ -130,12 +148,16 @@ class JoinNodes:
 
     Joined together, they are planned together: nodes joined one by one would each be asked a
     pool sized for a subnet with fewer nodes, only to release most of it a moment later.
+
+    ``max_ips`` gives a node its own maximum IP count (its max pods, 1 to 250); a node not named
+    there has the configured one. A node already in the subnet keeps the maximum it joined with.
     """
 
     subnet_id: str
     nodes: tuple[str, ...]
     _: KW_ONLY
     at: datetime
+    max_ips: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,9 +227,13 @@ class SubnetCreated:
 
 @dataclass(frozen=True, slots=True)
 class NodeJoined:
+    """A node joined; ``max_ips`` is its own maximum IP count, ``None`` for the configured one
+    (and in events recorded before nodes had their own)."""
+
     subnet_id: str
     node: str
     at: datetime
+    max_ips: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +290,8 @@ class BatchSizeChanged:
 
 @dataclass(frozen=True, slots=True)
 class PoolResized:
-    """A node's pool target changed, or which of its IPs are pending release."""
+    """A node's pool target changed, or which of its IPs are pending release. ``batch_size`` is
+    the node's own: the subnet's, clamped to the node's maximum."""
 
     subnet_id: str
     node: str
@@ -324,7 +351,8 @@ SubnetEvent: TypeAlias = (
 @dataclass(frozen=True, slots=True)
 class NodePool:
     """One node's pool. ``held`` is in allocation order and includes IPs pending release;
-    ``in_flight`` maps each unanswered allocator request to the count asked."""
+    ``in_flight`` maps each unanswered allocator request to the count asked; ``max_ips`` is the
+    node's own maximum (``None``: the configured one)."""
 
     demand: int = 0
     in_use: tuple[str, ...] = ()
@@ -333,6 +361,7 @@ class NodePool:
     requested: int = 0
     in_flight: Mapping[int, int] = field(default_factory=dict)
     requests_made: int = 0
+    max_ips: int | None = None
 
     @property
     def usable(self) -> int:
@@ -365,7 +394,7 @@ def evolve(state: SubnetState, event: SubnetEvent) -> SubnetState:
     if isinstance(event, SubnetCreated):
         return SubnetState(event.subnet_id, event.capacity, batch_size=event.batch_size)
     if isinstance(event, NodeJoined):
-        return replace(state, nodes={**state.nodes, event.node: NodePool()})
+        return replace(state, nodes={**state.nodes, event.node: NodePool(max_ips=event.max_ips)})
     if isinstance(event, NodeLeft):
         gone = set(event.released)
         return replace(
@@ -460,6 +489,7 @@ def to_data(state: SubnetState) -> dict[str, object]:
                 "requested": pool.requested,
                 "pending_release": list(pool.pending_release),
                 "in_flight": {str(r): c for r, c in sorted(pool.in_flight.items())},
+                "max_ips": pool.max_ips,
             }
             for node, pool in sorted(state.nodes.items())
         },
@@ -536,7 +566,12 @@ def _decide_create(
             "a subnet's capacity does not change — create a new subnet instead"
         )
     first = subnet_batch_size(
-        command.capacity, [], buffer=config.buffer, x_nsf=config.x_nsf, max_ips=config.max_ips
+        command.capacity,
+        [],
+        buffer=config.buffer,
+        x_nsf=config.x_nsf,
+        x_ssf=config.x_ssf,
+        max_ips=config.max_ips,
     )
     return [SubnetCreated(command.subnet_id, command.capacity, first, at)]
 
@@ -566,8 +601,25 @@ def _decide_join(state: SubnetState, command: JoinNodes, at: datetime) -> list[N
         raise InvalidCommand("nodes must be a non-empty tuple of node names")
     if len(set(nodes)) != len(nodes):
         raise InvalidCommand("nodes names a node twice")
+    maxima = _check_node_maxima(command.max_ips, nodes)
     assert state.subnet_id is not None
-    return [NodeJoined(state.subnet_id, n, at) for n in nodes if n not in state.nodes]
+    return [
+        NodeJoined(state.subnet_id, n, at, maxima.get(n)) for n in nodes if n not in state.nodes
+    ]
+
+
+def _check_node_maxima(max_ips: object, nodes: Sequence[str]) -> dict[str, int]:
+    if not isinstance(max_ips, Mapping):
+        raise InvalidCommand(
+            f"max_ips must map node names to their maximum IP count, got {max_ips!r}"
+        )
+    strangers = sorted(str(n) for n in max_ips if n not in nodes)
+    if strangers:
+        raise InvalidCommand(
+            f"max_ips names {', '.join(strangers[:3])}, not among the nodes joining; give a "
+            "maximum only for a node being joined"
+        )
+    return {n: check_max_ips(f"max_ips of node {n}", m) for n, m in max_ips.items()}
 
 
 def _decide_leave(state: SubnetState, command: LeaveNode, at: datetime) -> list[SubnetEvent]:
@@ -668,7 +720,8 @@ def _replan(
     subnet = state.subnet_id
     names = sorted(state.nodes)
     demands = [state.nodes[n].demand for n in names]
-    floor = subnet_floor(demands, max_ips=config.max_ips)
+    maxima = [_node_max(state.nodes[n], config) for n in names]
+    floor = subnet_floor(demands, max_ips=config.max_ips, node_max_ips=maxima)
     events: list[SubnetEvent] = []
     exhausted = next_exhausted(
         state.exhausted, floor, state.capacity, upper=config.upper, lower=config.lower
@@ -683,7 +736,9 @@ def _replan(
             demands,
             buffer=config.buffer,
             x_nsf=config.x_nsf,
+            x_ssf=config.x_ssf,
             max_ips=config.max_ips,
+            node_max_ips=maxima,
         )
         buffer = config.buffer
     if batch != state.batch_size:
@@ -712,19 +767,24 @@ def _replan(
             )
         )
     pools = dict(state.nodes)
-    for name in names:
+    for name, most in zip(names, maxima, strict=True):
         pool = pools[name]
-        target = pool_size(pool.demand, batch, buffer=buffer, max_ips=config.max_ips)
+        # The original clamps each node's batch to its maxIPCount (Azure CNS clampScaler).
+        own = min(batch, most)
+        target = pool_size(pool.demand, own, buffer=buffer, max_ips=most)
         pending = plan_release(
             pool.held, pool.in_use, pool.pending_release, len(pool.held) - target
         )
         if (target, pending) != (pool.requested, pool.pending_release):
-            events.append(
-                PoolResized(subnet, name, target, pending, batch, buffer, pool.demand, at)
-            )
+            events.append(PoolResized(subnet, name, target, pending, own, buffer, pool.demand, at))
             pools[name] = replace(pool, requested=target, pending_release=pending)
     events.extend(_requests(subnet, state, pools, at))
     return events
+
+
+def _node_max(pool: NodePool, config: IpamConfig) -> int:
+    """The most IPs the node may hold: its own maximum, capped by the configured one."""
+    return config.max_ips if pool.max_ips is None else min(pool.max_ips, config.max_ips)
 
 
 def _requests(

@@ -110,12 +110,117 @@ class TestConfig:
         with pytest.raises(InvalidCommand):
             IpamConfig(**options)  # type: ignore[arg-type]
 
+    @pytest.mark.parametrize(
+        ("options", "field", "allowed"),
+        [
+            ({"max_ips": 251}, "max_ips", "1 and 250"),
+            ({"max_ips": 0}, "max_ips", "1 and 250"),
+            ({"x_ssf": 0.0}, "x_ssf", "(0, 1]"),
+            ({"x_ssf": 1.5}, "x_ssf", "(0, 1]"),
+            ({"x_ssf": float("nan")}, "x_ssf", "(0, 1]"),
+            ({"x_nsf": 0.5}, "x_nsf", "at least 1"),
+        ],
+    )
+    def test_out_of_range_names_the_field_and_range(
+        self, options: dict[str, float], field: str, allowed: str
+    ) -> None:
+        """A maximum above the 250 pods a node can run, or a safety factor outside its range, is
+        refused with a message naming the field and what it may be."""
+        with pytest.raises(InvalidCommand) as refused:
+            IpamConfig(**options)  # type: ignore[arg-type]
+        assert field in str(refused.value) and allowed in str(refused.value)
+
+    def test_subnet_safety_factor_holds_back_part_of_the_subnet(self) -> None:
+        """``x_ssf`` hands out only that fraction of the subnet as batches (seed 03's
+        ``B = X_ssf·C / (X_nsf·N)``): half of a /22 for 32 idle nodes halves their batch."""
+        whole = Subnet()
+        whole(JoinNodes("s", nodes(32), at=at()))
+        half = Subnet(config=IpamConfig(x_ssf=0.5))
+        half(JoinNodes("s", nodes(32), at=at()))
+        assert (whole.state.batch_size, half.state.batch_size) == (16, 8)
+
+
+class TestNodeMaximum:
+    def test_batch_clamped_to_the_node_maximum(self) -> None:
+        """A /16 with one node records a batch of at most the node's 250 IPs (the original
+        clamps its scaler's batch to ``[1, maxIPCount]``), not 2^15: in the batch change, the
+        pool event and the dump."""
+        subnet = Subnet(capacity=65536)
+        assert subnet.state.batch_size == 250
+        events = subnet(JoinNodes("s", ("n1",), at=at()))
+        assert subnet.state.batch_size == 250
+        assert [e.batch_size for e in of(BatchSizeChanged, events)] in ([], [250])
+        [resized] = of(PoolResized, events)
+        assert (resized.batch_size, resized.requested) == (250, 250)
+        assert to_data(subnet.state)["batch_size"] == 250
+
+    def test_created_batch_clamped_to_the_configured_maximum(self) -> None:
+        """With no nodes yet the batch is clamped to the configured maximum."""
+        subnet = Subnet(config=IpamConfig(max_ips=110))
+        assert subnet.events == [SubnetCreated("s", 1024, 110, at())]
+
+    def test_each_node_has_its_own_maximum(self) -> None:
+        """Nodes whose max pods differ: each node's batch and pool are clamped to its own
+        maximum, the others keep the subnet's batch."""
+        subnet = Subnet(capacity=65536)
+        events = subnet(JoinNodes("s", ("big", "small"), at=at(), max_ips={"small": 30}))
+        resized = {e.node: (e.batch_size, e.requested) for e in of(PoolResized, events)}
+        assert resized == {"big": (250, 250), "small": (30, 30)}
+        asked = {r.node: r.count for r in of(IpsRequested, events)}
+        assert asked == {"big": 250, "small": 30}
+        assert subnet.state.nodes["small"].max_ips == 30
+        assert to_data(subnet.state)["nodes"]["small"]["max_ips"] == 30  # type: ignore[index]
+
+    def test_a_small_node_leaves_more_for_the_others(self) -> None:
+        """A node that can hold only a few IPs takes only those from the subnet: its smaller
+        share lets the others keep a larger batch than if every node could hold 250."""
+        names = nodes(16)
+        uniform = Subnet(capacity=1024)
+        uniform(JoinNodes("s", names, at=at()))
+        mixed = Subnet(capacity=1024)
+        mixed(JoinNodes("s", names, at=at(), max_ips=dict.fromkeys(names[:8], 8)))
+        for subnet in (uniform, mixed):
+            subnet.fulfil()
+            for index, name in enumerate(names):
+                subnet.use(name, 6 if index < 8 else 20)
+                subnet.fulfil()
+        assert (uniform.state.batch_size, mixed.state.batch_size) == (16, 32)
+        assert {mixed.state.nodes[n].requested for n in names[:8]} == {8}
+
+    def test_node_maximum_caps_at_the_configured_one(self) -> None:
+        """A node's own maximum never lifts it above the configured maximum."""
+        subnet = Subnet(capacity=65536, config=IpamConfig(max_ips=100))
+        events = subnet(JoinNodes("s", ("n1",), at=at(), max_ips={"n1": 200}))
+        [resized] = of(PoolResized, events)
+        assert (resized.batch_size, resized.requested) == (100, 100)
+
+    @pytest.mark.parametrize(
+        ("max_ips", "words"),
+        [
+            ({"n1": 251}, "between 1 and 250"),
+            ({"n1": 0}, "between 1 and 250"),
+            ({"n1": 2.5}, "between 1 and 250"),
+            ({"ghost": 30}, "ghost"),
+        ],
+    )
+    def test_bad_node_maximum_refused_and_changes_nothing(
+        self, max_ips: dict[str, int], words: str
+    ) -> None:
+        """A node maximum out of range, or for a node not being joined, refuses the whole join
+        with a message naming it; nothing is recorded."""
+        subnet = Subnet()
+        before = subnet.state
+        with pytest.raises(InvalidCommand, match=words):
+            subnet(JoinNodes("s", ("n1",), at=at(), max_ips=max_ips))
+        assert subnet.state == before
+
 
 class TestCreate:
     def test_created_with_the_batch_for_no_nodes(self) -> None:
-        """A new subnet records its capacity and the batch its first node would get."""
+        """A new subnet records its capacity and the batch its first node would get: 512 for
+        a /22, clamped to the 250 IPs a node may hold."""
         subnet = Subnet()
-        assert subnet.events == [SubnetCreated("s", 1024, 512, at())]
+        assert subnet.events == [SubnetCreated("s", 1024, 250, at())]
 
     def test_create_again_is_a_no_op(self) -> None:
         """Creating the same subnet twice changes nothing."""
@@ -158,7 +263,7 @@ class TestJoin:
         events = subnet(JoinNodes("s", nodes(32), at=at()))
         assert len(of(NodeJoined, events)) == 32
         [change] = of(BatchSizeChanged, events)
-        assert (change.previous, change.batch_size, change.node_count) == (512, 16, 32)
+        assert (change.previous, change.batch_size, change.node_count) == (250, 16, 32)
         assert change.cause == "join 32 nodes"
         requests = of(IpsRequested, events)
         assert [(r.node, r.count) for r in requests] == [(n, 16) for n in nodes(32)]
@@ -424,7 +529,7 @@ class TestQueries:
         subnet(JoinNodes("s", ("n1",), at=at()))
         data = to_data(subnet.state)
         json.dumps(data)
-        assert data["batch_size"] == 512
+        assert data["batch_size"] == 250
         assert data["nodes"]["n1"]["in_flight"] == {"1": 250}  # type: ignore[index]
 
 
@@ -434,6 +539,7 @@ class TestCodec:
         samples: list[SubnetEvent] = [
             SubnetCreated("s", 1024, 512, at()),
             NodeJoined("s", "n1", at()),
+            NodeJoined("s", "n2", at(), max_ips=30),
             NodeLeft("s", "n1", ("a", "b"), at()),
             DemandReported("s", "n1", 3, ("a",), at()),
             ExhaustionChanged("s", True, 930, 1024, at()),
@@ -451,7 +557,13 @@ class TestCodec:
             names.add(name)
             assert name.startswith("ipam.") and version == 1
             assert codec.from_data(name, version, json.loads(json.dumps(data))) == event
-        assert len(names) == len(samples)
+        assert len(names) == len(samples) - 1
+
+    def test_node_joined_before_node_maxima_decodes(self) -> None:
+        """A ``NodeJoined`` stored before nodes had their own maximum decodes with none."""
+        name, version, data = codec.to_data(NodeJoined("s", "n1", at()))
+        del data["max_ips"]
+        assert codec.from_data(name, version, data) == NodeJoined("s", "n1", at())
 
 
 # -- the aggregate settles -----------------------------------------------------------------------

@@ -24,7 +24,7 @@ capacities = st.integers(min_value=1, max_value=1 << 20)
 demand_lists = st.lists(st.integers(min_value=0, max_value=600), max_size=120)
 buffers = st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0])
 x_factors = st.sampled_from([1.0, 1.5, 2.0, 3.0, 4.0, 8.0])
-max_ipss = st.integers(min_value=1, max_value=500)
+max_ipss = st.integers(min_value=1, max_value=250)
 
 
 def _go_formula(c: float, x: float, n: float, u: float, du: float) -> float:
@@ -262,13 +262,13 @@ class TestSubnetBatchSize:
     @pytest.mark.parametrize(
         ("capacity", "demands", "expected"),
         [
-            (1024, [], 512),
+            (1024, [], 250),
             (1024, [0] * 32, 16),
             (1024, [12] * 32, 8),
             (1024, [30] * 30, 2),
             (1024, [32] * 30, 1),
             (16, [0] * 10, 1),
-            (1024, [500, 500], 256),
+            (1024, [500, 500], 250),
         ],
     )
     def test_table(self, capacity: int, demands: list[int], expected: int) -> None:
@@ -292,20 +292,24 @@ class TestSubnetBatchSize:
     def test_largest_passing_power_of_two(
         self, capacity: int, demands: list[int], buffer: float, x_nsf: float, max_ips: int
     ) -> None:
-        """The result is a power of two in ``[1, 2^β]``, passes ``Σ pool + N·B ≤ C`` unless it
-        is 1, and no larger power of two up to ``2^β`` passes."""
+        """The result is a power of two in ``[1, 2^β]`` clamped to ``max_ips``, passes
+        ``Σ pool + N·B ≤ C`` unless it is 1, and no larger power of two up to ``2^β`` passes
+        at its clamped batch."""
         b = subnet_batch_size(capacity, demands, buffer=buffer, x_nsf=x_nsf, max_ips=max_ips)
         ceiling = batch_ceiling(capacity, len(demands), x_nsf=x_nsf)
-        assert b >= 1 and b & (b - 1) == 0 and b <= ceiling
+        assert 1 <= b <= min(ceiling, max_ips)
+        assert b & (b - 1) == 0 or b == max_ips
 
         def passes(batch: int) -> bool:
-            held = _allocations(demands, batch, buffer, max_ips)
-            return held + len(demands) * batch <= capacity
+            clamped = min(batch, max_ips)
+            held = _allocations(demands, clamped, buffer, max_ips)
+            return held + len(demands) * clamped <= capacity
 
         assert b == 1 or passes(b)
-        larger = b * 2
+        larger = 2
         while larger <= ceiling:
-            assert not passes(larger)
+            if min(larger, max_ips) > b:
+                assert not passes(larger)
             larger *= 2
 
     @settings(max_examples=300)
@@ -370,6 +374,83 @@ class TestSubnetBatchSize:
             assert held <= capacity
         if b > 1:
             assert held + len(demands) * b <= capacity
+
+
+class TestClampToTheNodeMaximum:
+    @pytest.mark.parametrize(
+        ("capacity", "demands", "expected"),
+        [
+            (65536, [0], 250),
+            (65536, [], 250),
+            (1024, [], 250),
+            (1024, [500, 500], 250),
+            (1 << 20, [0] * 4, 250),
+        ],
+    )
+    def test_batch_never_above_the_maximum(
+        self, capacity: int, demands: list[int], expected: int
+    ) -> None:
+        """The batch is clamped to ``[1, max]``, max = min(node max IPs, 250), as the original
+        clamps its scaler: a /16 with one node gets 250, never 2^15."""
+        assert subnet_batch_size(capacity, demands) == expected
+
+    def test_clamped_to_the_largest_node_maximum(self) -> None:
+        """With per-node maxima the subnet's batch is clamped to the largest of them."""
+        assert subnet_batch_size(65536, [0, 0], node_max_ips=[30, 110]) == 110
+        assert subnet_batch_size(65536, [0, 0], node_max_ips=[30, 30]) == 30
+
+    def test_node_maxima_must_match_the_demands(self) -> None:
+        """One maximum per node, or none at all."""
+        with pytest.raises(InvalidCommand, match="one per node"):
+            subnet_batch_size(1024, [0, 0], node_max_ips=[30])
+
+    @pytest.mark.parametrize("max_ips", [0, 251, 1000])
+    def test_maximum_out_of_range_refused(self, max_ips: int) -> None:
+        """A node can run at most 250 pods, so it never needs more IPs than that."""
+        with pytest.raises(InvalidCommand, match="between 1 and 250"):
+            subnet_batch_size(1024, [0], max_ips=max_ips)
+
+    def test_subnet_safety_factor(self) -> None:
+        """``x_ssf`` scales the subnet handed out: ``β = ⌊log2(X_ssf·C / (X_nsf·N))⌋``."""
+        assert batch_ceiling(1024, 32, x_ssf=0.5) == 8
+        assert subnet_batch_size(1024, [0] * 32, x_ssf=0.5) == 8
+        assert subnet_batch_size(1024, [0] * 32, x_ssf=1.0) == 16
+
+    @pytest.mark.parametrize("x_ssf", [0.0, -0.5, 1.01, math.nan, math.inf, True])
+    def test_bad_subnet_safety_factor_refused(self, x_ssf: float) -> None:
+        """The subnet safety factor is a fraction of the subnet in ``(0, 1]``."""
+        with pytest.raises(InvalidCommand, match=r"x_ssf.*\(0, 1\]"):
+            subnet_batch_size(1024, [0], x_ssf=x_ssf)
+
+    @settings(max_examples=300)
+    @given(
+        capacity=capacities,
+        demands=demand_lists,
+        buffer=buffers,
+        x_nsf=x_factors,
+        data=st.data(),
+    )
+    def test_per_node_maxima_keep_the_rule(
+        self,
+        *,
+        capacity: int,
+        demands: list[int],
+        buffer: float,
+        x_nsf: float,
+        data: st.DataObject,
+    ) -> None:
+        """With per-node maxima the batch is in ``[1, largest maximum]``, and when above 1 the
+        pools at each node's own batch ``min(B, m_i)`` leave that batch per node free."""
+        count = len(demands)
+        maxima = data.draw(st.lists(st.integers(1, 250), min_size=count, max_size=count))
+        b = subnet_batch_size(capacity, demands, buffer=buffer, x_nsf=x_nsf, node_max_ips=maxima)
+        assert 1 <= b <= max(maxima, default=250)
+        if b > 1:
+            held = sum(
+                pool_size(d, min(b, m), buffer=buffer, max_ips=m)
+                for d, m in zip(demands, maxima, strict=True)
+            )
+            assert held + sum(min(b, m) for m in maxima) <= capacity
 
 
 class TestSubnetFloor:

@@ -106,6 +106,24 @@ class TestDump:
         assert json.dumps(rebuilt.dump()) == text
         assert dump["position"] == store.head()
 
+    def test_the_dump_shows_the_batch_clamped_to_the_node_maximum(self, store: EventStore) -> None:
+        """A /16 with one node dumps a batch of 250 — the most IPs a node holds — not 2^15, and
+        each node's own maximum (none: the configured one)."""
+        runtime = IpamRuntime(
+            store, allocator(65536), clock=ManualClock(EPOCH), threads=False
+        ).start()
+        runtime.service.create(SUBNET, 65536)
+        runtime.service.join(SUBNET, ["big"])
+        runtime.service.join(SUBNET, ["small"], max_ips={"small": 30})
+        runtime.step()
+        runtime.projection.catch_up(store)
+        subnet = runtime.projection.dump()["subnets"][SUBNET]  # type: ignore[index]
+        assert subnet["batch_size"] == 250
+        nodes = subnet["nodes"]
+        assert (nodes["big"]["max_ips"], nodes["small"]["max_ips"]) == (None, 30)
+        assert (nodes["big"]["requested"], nodes["small"]["requested"]) == (250, 30)
+        assert dump_at(store) == runtime.projection.dump()
+
     def test_a_replay_to_the_head_equals_the_live_dump(self, store: EventStore) -> None:
         """``dump_at`` the head is the followed model's dump."""
         busy_subnet(store)

@@ -31,8 +31,9 @@ def client_of(runtime: IpamRuntime) -> TestClient:
 class TestGetSubnet:
     def test_a_subnet_with_its_pools(self, runtime: IpamRuntime) -> None:
         """Capacity, nodes, IPs used, batch and flag, and each node's pool, as of the latest
-        command (the read model catches up before answering)."""
-        runtime.service.create(SUBNET, 1024)
+        command (the read model catches up before answering). A /24, so that two nodes move
+        the batch below the 250 IPs a node may hold (a /22's stays clamped there)."""
+        runtime.service.create(SUBNET, 256)
         runtime.service.join(SUBNET, ["node-a", "node-b"])
         runtime.service.report_demand(SUBNET, "node-a", 20)
         runtime.step()
@@ -41,7 +42,7 @@ class TestGetSubnet:
 
         body = response.json()
         assert response.status_code == 200
-        assert body["capacity"] == 1024 and body["node_count"] == 2
+        assert body["capacity"] == 256 and body["node_count"] == 2
         assert body["exhausted"] is False
         assert list(body["nodes"]) == ["node-a", "node-b"]
         assert body["nodes"]["node-a"]["demand"] == 20

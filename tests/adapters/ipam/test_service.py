@@ -20,6 +20,7 @@ from fleetledger.adapters.ipam import (
 from fleetledger.adapters.runtime import Writer
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
 from fleetledger.domain import ipam
+from fleetledger.domain.errors import InvalidCommand
 from fleetledger.eventstore import EventStore
 
 from .support import EPOCH, SUBNET
@@ -60,6 +61,43 @@ class TestCommands:
         mine.report_demand(SUBNET, "n-1", 3)
 
         assert mine.load(SUBNET).nodes["n-1"].demand == 3
+
+
+class TestNodeMaxima:
+    def test_a_node_joins_with_its_own_maximum(self, store: EventStore) -> None:
+        """A node's max pods reach its stream: its batch and pool are clamped to it, the log
+        records it, and a fresh process folds the same maximum back."""
+        subnets = service(store)
+        subnets.create(SUBNET, 65536)
+        subnets.join(SUBNET, ["big", "small"], max_ips={"small": 30})
+
+        state = service(store).load(SUBNET)
+
+        assert (state.nodes["small"].max_ips, state.nodes["small"].requested) == (30, 30)
+        assert (state.nodes["big"].max_ips, state.nodes["big"].requested) == (None, 250)
+        assert state.batch_size == 250
+
+    def test_configuration_reaches_the_decisions(self, store: EventStore) -> None:
+        """The service decides under its configuration: the subnet safety factor and the
+        maximum are used, and a bad value is refused before anything runs."""
+        subnets = SubnetService(
+            store, clock=ManualClock(EPOCH), config=ipam.IpamConfig(x_ssf=0.5, max_ips=100)
+        )
+        subnets.create(SUBNET, 1024)
+        subnets.join(SUBNET, [f"n-{i}" for i in range(32)])
+        assert subnets.load(SUBNET).batch_size == 8
+        with pytest.raises(InvalidCommand, match="max_ips"):
+            ipam.IpamConfig(max_ips=300)
+
+    def test_a_bad_maximum_is_invalid_and_appends_nothing(self, store: EventStore) -> None:
+        """A maximum above 250 refuses the join, naming the node and the range."""
+        subnets = service(store)
+        subnets.create(SUBNET, 1024)
+        head = store.head()
+
+        with pytest.raises(InvalidIpamCommand, match=r"max_ips of node n-1 .*between 1 and 250"):
+            subnets.join(SUBNET, ["n-1"], max_ips={"n-1": 300})
+        assert store.head() == head
 
 
 class TestRefusals:
