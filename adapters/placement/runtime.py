@@ -29,7 +29,13 @@ from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.nodes.port import NodeStreams
 from fleetledger.adapters.runtime import NoFencing, RetryPolicy, Writer
 from fleetledger.adapters.runtime.leadership import Leadership
-from fleetledger.domain.placement import Pool, WorkerStatus, WorkloadRequest, check_request
+from fleetledger.domain.placement import (
+    DEFAULT_SEARCH_STEPS,
+    Pool,
+    WorkerStatus,
+    WorkloadRequest,
+    check_request,
+)
 from fleetledger.eventstore import EventStore
 
 from .collector import Collector
@@ -62,6 +68,7 @@ class PlacementRuntime:
         retry: RetryPolicy | None = None,
         join_poll_seconds: float = 0.5,
         record_placements: bool | None = None,
+        search_steps: int = DEFAULT_SEARCH_STEPS,
     ) -> None:
         if join_poll_seconds <= 0:
             raise ValueError(f"join_poll_seconds must be positive, got {join_poll_seconds}")
@@ -87,6 +94,7 @@ class PlacementRuntime:
             retry=retry,
             max_conflict_retries=max_conflict_retries,
             record_placements=record_placements,
+            search_steps=search_steps,
         )
         self.service.requeue = lambda requests: self.collector.put(requests, first=True)
         self._threads = threads

@@ -6,7 +6,8 @@
    node service's hosted streams, or this service's own fold of what it committed, whichever is
    newer; the version is read before the state, so a state newer than its version can only cause
    a conflict, never an overbooking);
-2. the pure :func:`~fleetledger.domain.placement.plan`;
+2. the pure :func:`~fleetledger.domain.placement.plan`, its overflow packed exactly within
+   ``search_steps`` (the batch's report carries the plan's ``optimality_gap``);
 3. **one** ``append_many``: per touched node, the one event the node aggregate decides for its
    workloads as one ``ReservePods`` command, expected version = the snapshot's. A
    ``WrongExpectedVersion`` names one node: only the requests planned on it are planned again,
@@ -73,6 +74,7 @@ from fleetledger.domain import nodes
 from fleetledger.domain.errors import Rejected
 from fleetledger.domain.nodes import DeletePod, NodeState
 from fleetledger.domain.placement import (
+    DEFAULT_SEARCH_STEPS,
     PendingWorker,
     PlacementPlan,
     Pool,
@@ -87,6 +89,7 @@ from fleetledger.domain.placement import (
     Workload,
     WorkloadCommand,
     WorkloadRequest,
+    check_search_steps,
     plan,
     workloads,
 )
@@ -148,7 +151,9 @@ class WorkloadStatus:
 
 @dataclass(frozen=True, slots=True)
 class BatchReport:
-    """What one batch did, and what it cost: snapshots read and appends sent (retries count)."""
+    """What one batch did, and what it cost: snapshots read and appends sent (retries count).
+    ``optimality_gap`` is how many more workers than the minimum its overflow may have asked
+    for (0: proven minimal)."""
 
     requests: int = 0
     placed: int = 0
@@ -160,6 +165,7 @@ class BatchReport:
     appends: int = 0
     conflicts: int = 0
     last_position: int | None = None
+    optimality_gap: int = 0
 
 
 def pool_by_prefix(pools: Sequence[Pool]) -> Callable[[str], str | None]:
@@ -199,7 +205,9 @@ class _Run:
 class PlacementService:
     """Plans and commits batches of workload requests; ``place_batch`` is serialised, the rest
     is thread-safe. ``record_placements`` writes each placement on the workload's stream too
-    (see the module docstring): needed when several processes may place on the log."""
+    (see the module docstring): needed when several processes may place on the log.
+    ``search_steps`` is each plan's budget for packing overflow exactly (0: first-fit
+    decreasing alone)."""
 
     def __init__(
         self,
@@ -214,6 +222,7 @@ class PlacementService:
         retry: RetryPolicy | None = None,
         max_conflict_retries: int = 5,
         record_placements: bool = False,
+        search_steps: int = DEFAULT_SEARCH_STEPS,
     ) -> None:
         if not pools:
             raise ValueError("give at least one Pool: workers are placed by their pool")
@@ -231,6 +240,7 @@ class PlacementService:
         self._retry = retry or RetryPolicy()
         self._max_retries = max_conflict_retries
         self._record_placements = record_placements
+        self._search_steps = check_search_steps(search_steps)
         self._batch_lock = threading.Lock()
         self._lock = threading.Condition()
         self._known: dict[str, tuple[int, NodeState]] = {}
@@ -593,7 +603,7 @@ class PlacementService:
         ids = {r.id for r in requests}
         batch = [r for r in joined if r.id not in ids] + requests
         snapshot, bases = self.snapshot()
-        first = plan(batch, snapshot, self._pools)
+        first = plan(batch, snapshot, self._pools, search_steps=self._search_steps)
         with self._lock:
             run = _Run(at=at, by_id={r.id: r for r in batch}, result=first, book=self._waiting)
             self._waiting = self._waiting.copy()
@@ -641,6 +651,7 @@ class PlacementService:
             appends=run.appends,
             conflicts=run.conflicts,
             last_position=run.last_position,
+            optimality_gap=run.result.optimality_gap,
         )
 
     def _planned(self, run: _Run, result: PlacementPlan, pending: Iterable[PendingWorker]) -> None:
@@ -740,7 +751,7 @@ class PlacementService:
                 for w in snapshot.workers
             ),
         )
-        again = plan(moved, snapshot, self._pools)
+        again = plan(moved, snapshot, self._pools, search_steps=self._search_steps)
         run.placed.update(again.placed)
         self._absorb(again, fresh, run.touched, at=run.at)
         with self._lock:
@@ -870,4 +881,5 @@ def _merged(first: PlacementPlan, again: PlacementPlan) -> PlacementPlan:
         waiting={**first.waiting, **again.waiting},
         provisions=(*first.provisions, *again.provisions),
         rejected={**first.rejected, **again.rejected},
+        optimality_gap=first.optimality_gap + again.optimality_gap,
     )

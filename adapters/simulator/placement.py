@@ -29,6 +29,8 @@ reservations; naive: per request). ``overcommitted_nodes`` counts nodes holding 
 have, read from the log at the end (must be 0: the node aggregate refuses an overbooking).
 ``node_events_per_batch`` is the most reservation events any node stream got from one batch of
 the runtime, read back from the log (must be 1: a batch decides a node's workloads together).
+``optimality_gap`` sums, over the runtime's batches, how many more workers than the minimum each
+batch's overflow plan may ask for (0: every plan proven minimal by the exact search).
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class PlacementReport:
     phases: tuple[PhaseFigures, ...]
     overcommitted_nodes: int
     node_events_per_batch: int
+    optimality_gap: int = 0
     naive: tuple[PhaseFigures, ...] | None = None
     naive_overcommitted_nodes: int | None = None
 
@@ -125,6 +128,7 @@ class PlacementReport:
             "phases": [p.to_dict() for p in self.phases],
             "overcommitted_nodes": self.overcommitted_nodes,
             "node_events_per_batch": self.node_events_per_batch,
+            "optimality_gap": self.optimality_gap,
         }
         if self.naive is not None:
             data["naive"] = {
@@ -154,6 +158,7 @@ class PlacementReport:
                 )
         lines.append(f"  overcommitted nodes: {self.overcommitted_nodes}")
         lines.append(f"  reservation events per node per batch: {self.node_events_per_batch}")
+        lines.append(f"  optimality gap of the overflow plans: {self.optimality_gap}")
         if self.naive is not None:
             unnecessary = sum(p.workers_requested - p.bin_packing_minimum for p in self.naive)
             lines.append(
@@ -177,7 +182,7 @@ def run_placement_scenario(
     ]
     minimum = _quarters_minimum(sizes)
     with simulation_store(url) as store:
-        phases, overcommitted, node_events = _batched(store, fits, overflow, minimum)
+        phases, overcommitted, node_events, gap = _batched(store, fits, overflow, minimum)
     naive = naive_over = None
     if compare_naive:
         with simulation_store(url) as store:
@@ -187,6 +192,7 @@ def run_placement_scenario(
         phases=phases,
         overcommitted_nodes=overcommitted,
         node_events_per_batch=node_events,
+        optimality_gap=gap,
         naive=naive,
         naive_overcommitted_nodes=naive_over,
     )
@@ -264,7 +270,7 @@ def _batched(
     fits: list[WorkloadRequest],
     overflow: list[WorkloadRequest],
     minimum: int,
-) -> tuple[tuple[PhaseFigures, ...], int, int]:
+) -> tuple[tuple[PhaseFigures, ...], int, int, int]:
     clock = ManualClock(_EPOCH)
     nodes = _fleet(store, clock, _POOL.name)
     machines = _Provisioner()
@@ -304,7 +310,8 @@ def _batched(
             workers=len(machines.requested) - asked_before,
             minimum=minimum,
         )
-    return (first, second), _overcommitted(store, f"{_POOL.name}-"), node_events
+    gap = sum(report.optimality_gap for report in runtime.reports)
+    return (first, second), _overcommitted(store, f"{_POOL.name}-"), node_events, gap
 
 
 def _phase(

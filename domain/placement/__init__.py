@@ -8,18 +8,23 @@ from __future__ import annotations
 
 from fleetledger.domain.placement import workloads
 from fleetledger.domain.placement.model import (
+    ANY_GPU,
+    STRATEGIES,
     WORKER_STATUSES,
     NewWorker,
     PendingWorker,
     PlacementPlan,
     Pool,
     Snapshot,
+    Strategy,
     Worker,
     WorkerStatus,
     WorkloadRequest,
 )
 from fleetledger.domain.placement.pack import (
+    DEFAULT_SEARCH_STEPS,
     Packed,
+    check_search_steps,
     pack_overflow,
 )
 from fleetledger.domain.placement.planner import (
@@ -59,6 +64,8 @@ from fleetledger.domain.placement.workloads import (
 )
 
 __all__ = [
+    "ANY_GPU",
+    "DEFAULT_SEARCH_STEPS",
     "NewWorker",
     "Packed",
     "PendingWorker",
@@ -69,8 +76,10 @@ __all__ = [
     "RecordWaiting",
     "Recovery",
     "ReleaseWorkload",
+    "STRATEGIES",
     "STREAM_PREFIX",
     "Snapshot",
+    "Strategy",
     "SubmitWorkload",
     "WORKER_STATUSES",
     "Worker",
@@ -86,6 +95,7 @@ __all__ = [
     "WorkloadSubmitted",
     "WorkloadWaiting",
     "check_request",
+    "check_search_steps",
     "decide",
     "eligible",
     "evolve",

@@ -15,12 +15,15 @@ from typing import Literal, TypeAlias, get_args
 from fleetledger.domain.template import MachineTemplate
 
 __all__ = [
+    "ANY_GPU",
+    "STRATEGIES",
     "WORKER_STATUSES",
     "NewWorker",
     "PendingWorker",
     "PlacementPlan",
     "Pool",
     "Snapshot",
+    "Strategy",
     "Worker",
     "WorkerStatus",
     "WorkloadRequest",
@@ -30,12 +33,22 @@ WorkerStatus: TypeAlias = Literal["available", "draining", "disabled"]
 """Only ``available`` pools and workers take new workloads."""
 WORKER_STATUSES: tuple[WorkerStatus, ...] = get_args(WorkerStatus)
 
+Strategy: TypeAlias = Literal["binpack", "spread"]
+"""How a pool chooses among its workers a workload fits on: ``binpack`` the tightest fit,
+``spread`` any of them by a hash of the workload id (beta9's worker affinity)."""
+STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+
+ANY_GPU = "any"
+"""A GPU type that accepts every type (beta9's ``GPU_ANY``): ``("any",)`` means ``()``."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadRequest:
     """One workload to place (seed 02's ``ContainerRequest``).
 
-    ``gpu_types`` lists acceptable GPU types, preferred first; empty means any. ``selector`` names
+    ``gpu_types`` lists acceptable GPU types, preferred first; empty means any, and so does
+    ``"any"`` (beta9's ``GPU_ANY``): the types listed before it are preferred, in order, then any
+    other type. ``selector`` names
     the pool the workload must run in; without one it only goes to pools that do not require a
     selector. A non-``preemptible`` workload never lands on a preemptible (spot) worker. Higher
     ``priority`` is planned first.
@@ -57,7 +70,9 @@ class Pool:
 
     ``worker_*`` is what a new worker of the pool brings (its allocatable resources); the machine
     request for one carries ``template``; its nodes count memory in ``memory_slot_bytes`` slots.
-    Higher ``priority`` pools are preferred.
+    Higher ``priority`` pools are preferred. ``strategy`` says how a workload chooses among the
+    pool's workers it fits on: ``binpack`` (the default) the tightest, ``spread`` CPU-only work
+    on any of them by a hash of its id, as beta9 spreads CPU work (GPU work is always packed).
     """
 
     name: str
@@ -71,6 +86,15 @@ class Pool:
     preemptible: bool = False
     status: WorkerStatus = "available"
     priority: int = 0
+    strategy: Strategy = "binpack"
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(
+                f"pool {self.name}: strategy must be one of {', '.join(STRATEGIES)} "
+                f"(binpack fills the tightest worker, spread shares CPU work across workers), "
+                f"got {self.strategy!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,7 +158,9 @@ class PlacementPlan:
     commit turns them into that node's reservations, one event per node); ``versions``
     the stream version each node's plan was made on (the commit's expected version).
     ``waiting`` maps a request to an already-requested worker it now waits for; ``provisions``
-    are the new workers to request.
+    are the new workers to request. ``optimality_gap`` is how many more new workers than the
+    minimum the provisions may be: 0 when the overflow's packing is proven minimal, else the
+    workers asked for minus the best lower bound the search proved within its step budget.
     """
 
     placed: Mapping[str, str] = field(default_factory=dict)
@@ -143,3 +169,4 @@ class PlacementPlan:
     waiting: Mapping[str, str] = field(default_factory=dict)
     provisions: tuple[NewWorker, ...] = ()
     rejected: Mapping[str, str] = field(default_factory=dict)
+    optimality_gap: int = 0

@@ -12,14 +12,20 @@ before anything is written:
   a GPU request and only non-GPU workers otherwise, never a preemptible worker for a
   non-preemptible request, never a draining or disabled pool or worker;
 * it goes to the first pool, by pool priority then GPU type preference, with a worker it fits on
-  cpu, memory and GPU; within the pool to the worker it fits most tightly (fewest GPUs, then
-  milli-CPU, then memory left) — best fit keeps whole workers free for large requests and lets
-  empty ones drain. Workers left equally tight are chosen between by a hash of the request id:
-  the same batch always lands the same way, and equal workers share the load;
+  cpu, memory and GPU; within a ``binpack`` pool (the default) to the worker it fits most
+  tightly (fewest GPUs, then milli-CPU, then memory left) — best fit keeps whole workers free for
+  large requests and lets empty ones drain. Workers left equally tight are chosen between by a
+  hash of the request id: the same batch always lands the same way, and equal workers share the
+  load. Within a ``spread`` pool a CPU-only request goes to any worker it fits, the same hash
+  choosing among them in name order — beta9's worker affinity (``applyWorkerAffinity`` rotates
+  the fitting workers by a hash of the container id), which spreads CPU work and its node
+  contention across the pool; GPU requests are packed there too, as beta9 applies affinity to
+  CPU-only work only;
 * requests a worker already requested was meant for are placed on it first once it has joined;
 * what fits no worker is packed (:func:`~fleetledger.domain.placement.pack_overflow`) into
-  workers already requested and then into the fewest new ones; a request no pool could ever hold
-  is rejected at once, with the reason.
+  workers already requested and then into the fewest new ones — exactly, within a budget of
+  ``search_steps`` (the plan's ``optimality_gap`` says how far from proven minimal it may be);
+  a request no pool could ever hold is rejected at once, with the reason.
 
 The plan names, per touched worker, the workloads placed on it and the snapshot version it was
 planned on; turning those into the node aggregate's reservations, and node states into
@@ -41,7 +47,11 @@ from fleetledger.domain.placement.model import (
     Worker,
     WorkloadRequest,
 )
-from fleetledger.domain.placement.pack import pack_overflow
+from fleetledger.domain.placement.pack import (
+    DEFAULT_SEARCH_STEPS,
+    check_search_steps,
+    pack_overflow,
+)
 from fleetledger.domain.placement.pools import (
     check_request,
     eligible,
@@ -62,7 +72,7 @@ class _Tracker:
     """Free capacity per worker for one batch, each pool's workers sorted by (gpu, cpu, memory)
     free so the tightest fit is a bisection away."""
 
-    __slots__ = ("cpu", "gpu", "index", "keys", "memory", "pool_of", "workers")
+    __slots__ = ("cpu", "gpu", "index", "keys", "members", "memory", "pool_of", "workers")
 
     def __init__(self, workers: Iterable[Worker], pools: Sequence[Pool]) -> None:
         available = {p.name for p in pools if p.status == "available"}
@@ -76,6 +86,8 @@ class _Tracker:
         self.gpu: list[int] = []
         self.pool_of: list[str] = []
         self.keys: dict[str, list[tuple[int, int, int, int]]] = {p: [] for p in available}
+        # Each spreading pool's workers in name order, listed when first needed.
+        self.members: dict[str, list[int]] = {}
         for i, w in enumerate(self.workers):
             # Values come from node states, which never go negative; clamp anyway, since a
             # negative free amount would let the tracker hand out capacity that is not there.
@@ -113,6 +125,22 @@ class _Tracker:
                 return keys[at + tie % (end - at)][3]
         return None
 
+    def spread(self, pool: str, request: WorkloadRequest, tie: int) -> int | None:
+        """Any worker of ``pool`` that ``request`` fits, chosen by ``tie`` among them in name
+        order (beta9's ``applyWorkerAffinity``), or ``None``."""
+        members = self.members.get(pool)
+        if members is None:
+            members = self.members[pool] = [
+                i for i, name in enumerate(self.pool_of) if name == pool
+            ]
+        gpu, cpu, memory = request.gpu, request.cpu_milli, request.memory_bytes
+        fitting = [
+            i
+            for i in members
+            if gpu <= self.gpu[i] and cpu <= self.cpu[i] and memory <= self.memory[i]
+        ]
+        return fitting[tie % len(fitting)] if fitting else None
+
     def take(self, i: int, request: WorkloadRequest) -> None:
         keys = self.keys[self.pool_of[i]]
         del keys[bisect_left(keys, self._key(i))]
@@ -122,12 +150,11 @@ class _Tracker:
         insort(keys, self._key(i))
 
 
-def plan(
-    requests: Sequence[WorkloadRequest],
-    snapshot: Snapshot,
-    pools: Sequence[Pool],
-) -> PlacementPlan:
-    """Place ``requests`` on ``snapshot`` (read once for the batch); see the module docstring."""
+def _admitted(
+    requests: Sequence[WorkloadRequest], pools: Sequence[Pool]
+) -> tuple[list[WorkloadRequest], dict[str, str]]:
+    """The requests to plan, once each, in planning order (priority, then arrival), and the
+    ones refused with the reason."""
     rejected: dict[str, str] = {}
     valid: list[WorkloadRequest] = []
     seen: set[str] = set()
@@ -143,10 +170,26 @@ def plan(
             continue
         valid.append(request)
     order = sorted(range(len(valid)), key=lambda i: (-valid[i].priority, i))
-    ordered = [valid[i] for i in order]
+    return [valid[i] for i in order], rejected
 
+
+def plan(
+    requests: Sequence[WorkloadRequest],
+    snapshot: Snapshot,
+    pools: Sequence[Pool],
+    *,
+    search_steps: int = DEFAULT_SEARCH_STEPS,
+) -> PlacementPlan:
+    """Place ``requests`` on ``snapshot`` (read once for the batch); see the module docstring.
+
+    ``search_steps`` bounds the exact search for the fewest new workers (0: first-fit
+    decreasing alone); a negative or non-integer budget is a ``ValueError``.
+    """
+    check_search_steps(search_steps)
+    ordered, rejected = _admitted(requests, pools)
     tracker = _Tracker(snapshot.workers, pools)
     by_name = {p.name: p for p in pools}
+    spreading = {p.name for p in pools if p.strategy == "spread"}
     placed: dict[str, str] = {}
     reservations: dict[str, list[WorkloadRequest]] = {}
 
@@ -178,8 +221,12 @@ def plan(
         if names is None:
             names = orders[shape] = tuple(p.name for p in pool_order(request, pools))
         tie = _tie_hash(request.id)
+        spread = request.gpu == 0 and bool(spreading)
         for pool_name in names:
-            chosen = tracker.tightest(pool_name, request, tie)
+            if spread and pool_name in spreading:
+                chosen = tracker.spread(pool_name, request, tie)
+            else:
+                chosen = tracker.tightest(pool_name, request, tie)
             if chosen is not None:
                 place(chosen, request)
                 break
@@ -187,7 +234,11 @@ def plan(
             overflow.append(request)
 
     still_pending = [p for p in snapshot.pending if p.name not in tracker.index]
-    packed = pack_overflow(overflow, pools, still_pending) if overflow else None
+    packed = (
+        pack_overflow(overflow, pools, still_pending, search_steps=search_steps)
+        if overflow
+        else None
+    )
     return PlacementPlan(
         placed=placed,
         reservations={node: tuple(placed) for node, placed in reservations.items()},
@@ -195,4 +246,5 @@ def plan(
         waiting=packed.waiting if packed else {},
         provisions=packed.provisions if packed else (),
         rejected=rejected,
+        optimality_gap=packed.optimality_gap if packed else 0,
     )

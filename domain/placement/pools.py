@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleetledger.domain.placement.model import Pool, WorkloadRequest
+from fleetledger.domain.placement.model import ANY_GPU, Pool, WorkloadRequest
 from fleetledger.domain.units import MILLI_PER_CPU
 
 __all__ = ["check_request", "eligible", "holds", "never_fits", "pool_order", "worker_room"]
@@ -51,7 +51,8 @@ def eligible(request: WorkloadRequest, pool: Pool) -> bool:
     if request.gpu > 0:
         if pool.gpu_type is None:
             return False
-        if request.gpu_types and pool.gpu_type not in request.gpu_types:
+        types = request.gpu_types
+        if types and pool.gpu_type not in types and ANY_GPU not in types:
             return False
     elif pool.gpu_type is not None:
         # GPU workers are scarce: a workload without GPUs must not take room on one.
@@ -66,12 +67,14 @@ def holds(pool: Pool, request: WorkloadRequest) -> bool:
 
 
 def pool_order(request: WorkloadRequest, pools: Sequence[Pool]) -> tuple[Pool, ...]:
-    """The pools ``request`` may use, best first: pool priority, then the earlier GPU type, then
-    the pool name (so equal pools are always tried in the same order)."""
+    """The pools ``request`` may use, best first: pool priority, then the earlier GPU type (a
+    type not listed ranks where ``"any"`` is), then the pool name (so equal pools are always
+    tried in the same order)."""
+    types = request.gpu_types
+    unlisted = types.index(ANY_GPU) if ANY_GPU in types else 0
 
     def rank(pool: Pool) -> tuple[int, int, str]:
-        types = request.gpu_types
-        preference = types.index(pool.gpu_type) if types and pool.gpu_type in types else 0
+        preference = types.index(pool.gpu_type) if pool.gpu_type in types else unlisted
         return (-pool.priority, preference, pool.name)
 
     return tuple(sorted((p for p in pools if eligible(request, p)), key=rank))

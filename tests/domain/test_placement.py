@@ -88,6 +88,23 @@ class TestFilters:
                 id="later gpu type when the preferred is full",
             ),
             pytest.param(
+                request("a", gpu=1, gpu_types=("any",)),
+                [pool("cpu"), pool("v100", gpu_type="v100", worker_gpu=2)],
+                [worker("w-cpu", "cpu", free_gpu=2), worker("w-v100", "v100", free_gpu=2)],
+                "w-v100",
+                id="gpu type any accepts every gpu pool",
+            ),
+            pytest.param(
+                request("a", gpu=1, gpu_types=("a100", "any")),
+                [
+                    pool("t4", gpu_type="t4", worker_gpu=4),
+                    pool("a100", gpu_type="a100", worker_gpu=4),
+                ],
+                [worker("w-t4", "t4", free_gpu=4), worker("w-a100", "a100", free_gpu=0)],
+                "w-t4",
+                id="types before any preferred, then any other",
+            ),
+            pytest.param(
                 request("a", gpu=1),
                 [pool("cpu"), pool("v100", gpu_type="v100", worker_gpu=2)],
                 [worker("w-cpu", "cpu", free_gpu=2), worker("w-v100", "v100", free_gpu=2)],
@@ -175,6 +192,73 @@ class TestFilters:
         assert result.versions == {expected: 3}
 
 
+class TestGpuTypeAny:
+    def test_any_means_the_same_as_no_list(self) -> None:
+        """``["any"]`` is beta9's ``GPU_ANY``: every GPU type is acceptable, exactly as an empty
+        list — same placement, same overflow, never a rejection."""
+        pools = [
+            pool("t4", gpu_type="t4", worker_gpu=2),
+            pool("h100", gpu_type="h100", worker_gpu=8),
+        ]
+        workers = (worker("w-t4", "t4", free_gpu=1), worker("w-h100", "h100", free_gpu=8))
+        reqs = [request(f"g{i}", gpu=1, gpu_types=("any",)) for i in range(4)]
+        plain = [request(f"g{i}", gpu=1) for i in range(4)]
+        with_any = plan(reqs, Snapshot(workers=workers), pools)
+        without = plan(plain, Snapshot(workers=workers), pools)
+        assert with_any.rejected == {}
+        assert with_any.placed == without.placed
+        overflow = plan(reqs, Snapshot(), pools)
+        assert overflow.rejected == {}
+        assert [n.pool for n in overflow.provisions] == [
+            n.pool for n in plan(plain, Snapshot(), pools).provisions
+        ]
+
+    def test_any_still_needs_a_gpu_count(self) -> None:
+        """Listing GPU types (``any`` included) without asking for a GPU is still refused."""
+        result = plan([request("g", gpu_types=("any",))], Snapshot(), [pool()])
+        assert "asks for no GPU" in result.rejected["g"]
+
+
+class TestSpread:
+    def test_binpack_is_the_default(self) -> None:
+        """Without a strategy a pool packs: every small request goes to the tightest worker."""
+        assert pool().strategy == "binpack"
+        workers = (worker("w1"), worker("w2", free_cpu_milli=3000), worker("w3"))
+        reqs = [request(f"r{i}", 250, GIB // 4) for i in range(8)]
+        result = plan(reqs, Snapshot(workers=workers), [pool()])
+        assert set(result.placed.values()) == {"w2"}
+
+    def test_spread_shares_cpu_work_across_the_workers_that_fit(self) -> None:
+        """A ``spread`` pool places CPU-only work on any worker it fits, chosen by a hash of the
+        request id (beta9's worker affinity), so equal candidates share the load."""
+        workers = (worker("w1"), worker("w2", free_cpu_milli=3000), worker("w3"))
+        reqs = [request(f"r{i}", 250, GIB // 4) for i in range(8)]
+        result = plan(reqs, Snapshot(workers=workers), [pool(strategy="spread")])
+        assert len(set(result.placed.values())) == 3
+        again = plan(reqs, Snapshot(workers=workers[::-1]), [pool(strategy="spread")])
+        assert again == result
+
+    def test_spread_never_overbooks(self) -> None:
+        """Spreading still only picks workers the request fits on."""
+        workers = (worker("w1", free_cpu_milli=500), worker("w2", free_cpu_milli=4000))
+        reqs = [request(f"r{i}", 1000) for i in range(4)]
+        result = plan(reqs, Snapshot(workers=workers), [pool(strategy="spread")])
+        assert set(result.placed.values()) == {"w2"}
+
+    def test_gpu_work_is_still_packed(self) -> None:
+        """GPU requests go to the tightest GPU worker even in a spread pool (beta9 applies its
+        affinity to CPU-only work): GPUs stay together for large requests."""
+        pools = [pool("gpu", gpu_type="t4", worker_gpu=4, strategy="spread")]
+        workers = (worker("g1", "gpu", free_gpu=4), worker("g2", "gpu", free_gpu=1))
+        result = plan([request("r0", 100, gpu=1)], Snapshot(workers=workers), pools)
+        assert result.placed == {"r0": "g2"}
+
+    def test_unknown_strategy_refused(self) -> None:
+        """A pool's strategy is ``binpack`` or ``spread``; anything else is refused at once."""
+        with pytest.raises(ValueError, match="strategy"):
+            pool(strategy="random")
+
+
 class TestOrder:
     def test_priority_first_then_arrival(self) -> None:
         """Higher priority requests are planned first; equal priorities keep their arrival."""
@@ -233,6 +317,69 @@ class TestOverflow:
             r.id for r in reqs
         )
         assert all(n.used_cpu_milli <= 4000 for n in result.provisions)
+
+    def test_exact_where_first_fit_decreasing_is_not(self) -> None:
+        """Six requests on 4,000m workers that first-fit decreasing spreads over three workers
+        fit on two ({2000, 1200, 800} and {1600, 1600, 800}): the exact search finds the two,
+        and says it proved them minimal."""
+        sizes = [2000, 1600, 1600, 1200, 800, 800]
+        reqs = [request(f"r{i}", cpu, GIB) for i, cpu in enumerate(sizes)]
+        result = plan(reqs, Snapshot(), [pool()])
+        assert len(result.provisions) == 2
+        assert result.optimality_gap == 0
+        assert all(n.used_cpu_milli <= 4000 for n in result.provisions)
+        assert sorted(r for n in result.provisions for r in n.request_ids) == sorted(
+            r.id for r in reqs
+        )
+
+    def test_exact_in_every_dimension(self) -> None:
+        """Memory and GPUs are packed as exactly as CPU: five requests (GPUs, GiB) that
+        first-fit decreasing spreads over three 4-GPU, 16 GiB workers fit on two:
+        {(2, 8), (2, 5)} and {(2, 1), (1, 6), (1, 6)}."""
+        gpu_pool = pool("gpu", gpu_type="t4", worker_gpu=4, worker_memory_bytes=16 * GIB)
+        shapes = [(2, 1), (1, 6), (1, 6), (2, 5), (2, 8)]
+        reqs = [request(f"g{i}", 100, m * GIB, gpu=g) for i, (g, m) in enumerate(shapes)]
+        exact = plan(reqs, Snapshot(), [gpu_pool])
+        heuristic = plan(reqs, Snapshot(), [gpu_pool], search_steps=0)
+        assert (len(heuristic.provisions), len(exact.provisions)) == (3, 2)
+        assert exact.optimality_gap == 0
+        for new in exact.provisions:
+            assert new.used_gpu <= 4 and new.used_memory_bytes <= 16 * GIB
+
+    def test_a_workload_shares_a_worker_another_pool_needed(self) -> None:
+        """A preemptible workload (spot pool first) shares the regular worker a regular workload
+        needs, though it is the larger one: one new worker, not a spot one and a regular one.
+        No worker is asked for in a pool none of its workloads prefers."""
+        pools = [pool("spot", preemptible=True, priority=2), pool("cpu")]
+        reqs = [request("spot-ok", 2500, preemptible=True), request("regular", 1500)]
+        heuristic = plan(reqs, Snapshot(), pools, search_steps=0)
+        assert sorted(n.pool for n in heuristic.provisions) == ["cpu", "spot"]
+        exact = plan(reqs, Snapshot(), pools)
+        assert [(n.pool, sorted(n.request_ids)) for n in exact.provisions] == [
+            ("cpu", ["regular", "spot-ok"])
+        ]
+        assert exact.optimality_gap == 0
+
+    def test_out_of_budget_falls_back_and_reports_the_gap(self) -> None:
+        """With no search steps to spend the plan is first-fit decreasing's, and the gap says
+        how far it may be from the best proven lower bound."""
+        sizes = [2000, 1600, 1600, 1200, 800, 800]
+        reqs = [request(f"r{i}", cpu, GIB) for i, cpu in enumerate(sizes)]
+        result = plan(reqs, Snapshot(), [pool()], search_steps=0)
+        assert (len(result.provisions), result.optimality_gap) == (3, 1)
+
+    def test_the_search_is_deterministic(self) -> None:
+        """The same overflow gives the same plan, worker names included."""
+        sizes = [2000, 1600, 1600, 1200, 800, 800] * 3
+        reqs = [request(f"r{i}", cpu, GIB) for i, cpu in enumerate(sizes)]
+        first, again = plan(reqs, Snapshot(), [pool()]), plan(reqs, Snapshot(), [pool()])
+        assert first == again
+        assert len(first.provisions) == 6
+
+    def test_a_bad_step_budget_refused(self) -> None:
+        """The search budget is a count of steps, never negative."""
+        with pytest.raises(ValueError, match="search_steps"):
+            plan([request("a")], Snapshot(), [pool()], search_steps=-1)
 
     def test_capacity_already_requested_is_used_first(self) -> None:
         """Workers requested and not yet joined take overflow before a new one is asked for."""

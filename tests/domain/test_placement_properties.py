@@ -67,6 +67,7 @@ POOLS = (
         memory_slot_bytes=SLOT,
         preemptible=True,
         priority=1,
+        strategy="spread",
     ),
     Pool(
         name="t4",
@@ -130,7 +131,7 @@ def requests(draw: st.DrawFn) -> list[WorkloadRequest]:
                 cpu_milli=draw(st.integers(0, 20000)),
                 memory_bytes=draw(st.integers(0, 70 * SLOT)),
                 gpu=gpu,
-                gpu_types=tuple(draw(st.lists(st.sampled_from(GPU_TYPES), unique=True)))
+                gpu_types=tuple(draw(st.lists(st.sampled_from((*GPU_TYPES, "any")), unique=True)))
                 if gpu
                 else (),
                 selector=draw(st.sampled_from((None, None, "big", "cpu", "nope"))),
@@ -231,6 +232,86 @@ class TestInvariants:
         first = plan(rs, Snapshot(workers=ws, pending=ps), POOLS)
         again = plan(rs, Snapshot(workers=tuple(shuffled), pending=ps[::-1]), POOLS)
         assert first == again
+
+
+class TestExactOverflow:
+    @settings(max_examples=200, deadline=None)
+    @given(pendings(), requests(), st.integers(0, 3000))
+    def test_never_more_workers_than_the_heuristic(
+        self, ps: tuple[PendingWorker, ...], rs: list[WorkloadRequest], steps: int
+    ) -> None:
+        """Whatever the budget, the exact search never asks for more new workers than
+        first-fit decreasing, never gives a new or pending worker more than it has, answers
+        every request it was given, and its gap is within what the heuristic's was."""
+        heuristic = plan(rs, Snapshot(pending=ps), POOLS, search_steps=0)
+        exact = plan(rs, Snapshot(pending=ps), POOLS, search_steps=steps)
+        assert len(exact.provisions) <= len(heuristic.provisions)
+        assert 0 <= exact.optimality_gap <= heuristic.optimality_gap
+        assert len(exact.provisions) - exact.optimality_gap <= len(heuristic.provisions)
+        assert sorted(_outcomes(exact)) == sorted(_outcomes(heuristic))
+        by_id = {r.id: r for r in reversed(rs)}
+        for new in exact.provisions:
+            cpu, memory, gpu = worker_room(BY_NAME[new.pool])
+            taken = [by_id[r] for r in new.request_ids]
+            assert sum(r.cpu_milli for r in taken) == new.used_cpu_milli <= cpu
+            assert sum(r.memory_bytes for r in taken) == new.used_memory_bytes <= memory
+            assert sum(r.gpu for r in taken) == new.used_gpu <= gpu
+            assert all(eligible(r, BY_NAME[new.pool]) for r in taken)
+        for p in ps:
+            mine = [by_id[r] for r, name in exact.waiting.items() if name == p.name]
+            assert sum(r.cpu_milli for r in mine) <= p.free_cpu_milli
+            assert sum(r.memory_bytes for r in mine) <= p.free_memory_bytes
+            assert sum(r.gpu for r in mine) <= p.free_gpu
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(st.integers(1, 4000), st.integers(1, 16), st.integers(0, 2)),
+            min_size=1,
+            max_size=7,
+        )
+    )
+    def test_proven_minimal_is_the_minimum(self, shapes: list[tuple[int, int, int]]) -> None:
+        """When the plan says it is proven minimal (gap 0), no packing of the same workloads
+        into workers of the pool uses fewer: checked against every assignment."""
+        gpu_pool = BY_NAME["t4"]
+        rs = [
+            WorkloadRequest(
+                id=f"r{i}", cpu_milli=cpu, memory_bytes=slots * SLOT, gpu=gpu, gpu_types=("t4",)
+            )
+            if gpu
+            else WorkloadRequest(id=f"r{i}", cpu_milli=cpu, memory_bytes=slots * SLOT)
+            for i, (cpu, slots, gpu) in enumerate(shapes)
+        ]
+        gpu_rs = [r for r in rs if r.gpu]
+        result = plan(gpu_rs, Snapshot(), (gpu_pool,))
+        if result.optimality_gap == 0:
+            assert len(result.provisions) == _fewest(gpu_rs, worker_room(gpu_pool))
+
+
+def _fewest(rs: list[WorkloadRequest], room: tuple[int, int, int]) -> int:
+    """The fewest workers of ``room`` holding ``rs``, by trying every assignment."""
+    best = len(rs)
+
+    def go(i: int, bins: list[list[int]]) -> None:
+        nonlocal best
+        if len(bins) >= best:
+            return
+        if i == len(rs):
+            best = len(bins)
+            return
+        need = (rs[i].cpu_milli, rs[i].memory_bytes, rs[i].gpu)
+        for b in bins:
+            if all(need[d] <= b[d] for d in range(3)):
+                for d in range(3):
+                    b[d] -= need[d]
+                go(i + 1, bins)
+                for d in range(3):
+                    b[d] += need[d]
+        go(i + 1, [*bins, [room[d] - need[d] for d in range(3)]])
+
+    go(0, [])
+    return best
 
 
 CONFIGS = st.builds(

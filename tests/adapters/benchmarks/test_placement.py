@@ -33,6 +33,20 @@ class TestPlacementBench:
         assert "planning (pure)" in report.render()
         assert any("end to end" in line for line in lines)
 
+    def test_overflow_is_planned_with_the_exact_search(self, sqlite_url: str) -> None:
+        """The overflow figure plans the same batches on a fleet with no room: every request
+        is packed into new workers by the exact search, the figure beside its target, with the
+        workers asked for and the optimality gap the plans report."""
+        report = run_placement_bench(sqlite_url, nodes=5, batch=20, batches=3, repeat=1)
+        data = json.loads(json.dumps(report.to_dict()))
+        overflow = data["overflow"]
+        assert overflow["placements_per_second"] > 0
+        assert overflow["target_per_second"] == TARGET_PLANNING_PER_SECOND
+        assert overflow["workers_requested"] >= 3
+        assert overflow["optimality_gap"] == 0
+        assert overflow["search_steps"] > 0
+        assert "overflow (pure)" in report.render()
+
     def test_bad_sizes(self, sqlite_url: str) -> None:
         """A size below one is refused before anything runs."""
         with pytest.raises(ValueError, match="at least 1"):

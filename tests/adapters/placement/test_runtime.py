@@ -35,15 +35,35 @@ class TestCollector:
         sizes = [len(collector.take(timeout=0)) for _ in range(3)]
         assert sizes == [3, 3, 1]
 
-    def test_a_burst_collects_for_the_window(self) -> None:
-        """Requests arriving within the window join the batch in progress."""
+    def test_a_drained_backlog_ends_the_batch_at_once(self) -> None:
+        """Several queued requests are taken together and the batch returns as soon as the
+        backlog is empty, without waiting out the window (seed 02's collectRequestBatch: "stop
+        if backlog is empty")."""
+        collector = Collector(max_batch=100, window_seconds=2.0)
+        collector.put([workload(f"w{i}") for i in range(3)])
+        started = time.monotonic()
+        batch = collector.take(timeout=1.0)
+        assert [r.id for r in batch] == ["w0", "w1", "w2"]
+        assert time.monotonic() - started < 1.0
+
+    def test_requests_arriving_meanwhile_form_the_next_batch(self) -> None:
+        """What arrives while a batch is being planned queues up and is taken whole by the next
+        take: batches grow with the load by themselves."""
         collector = Collector(max_batch=10, window_seconds=5.0)
         collector.put([workload("a"), workload("b")])
-        later = threading.Timer(0.05, lambda: collector.put([workload(f"c{i}") for i in range(8)]))
+        first = collector.take(timeout=1.0)
+        collector.put([workload(f"c{i}") for i in range(8)])
+        second = collector.take(timeout=1.0)
+        assert (len(first), len(second)) == (2, 8)
+
+    def test_a_waiting_take_wakes_for_the_first_request(self) -> None:
+        """An empty backlog is waited on (up to the timeout) until a request arrives."""
+        collector = Collector(max_batch=10, window_seconds=5.0)
+        later = threading.Timer(0.05, lambda: collector.put([workload("late")]))
         later.start()
-        batch = collector.take(timeout=1.0)
+        batch = collector.take(timeout=5.0)
         later.join()
-        assert len(batch) == 10
+        assert [r.id for r in batch] == ["late"]
 
     def test_requeued_requests_go_first(self) -> None:
         """Requests a batch could not commit are taken before newer ones."""

@@ -87,6 +87,30 @@ class TestBatch:
         waiting = [service.status(f"w{i}") for i in range(4)]
         assert sorted(s.state for s in waiting) == ["pending-provisioning"] * 3 + ["placed"]
 
+    def test_overflow_is_packed_exactly_and_reports_its_gap(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """Six requests that first-fit decreasing would spread over three workers are asked
+        two, and the batch reports the plan proven minimal; without search steps the service
+        falls back to the heuristic's three and reports a gap of one."""
+        sizes = [2000, 1600, 1600, 1200, 800, 800]
+        service = service_on(store, machines, 0)
+        report = service.place_batch([workload(f"w{i}", cpu) for i, cpu in enumerate(sizes)])
+        assert (len(report.workers_requested), report.optimality_gap) == (2, 0)
+        clock = ManualClock(T0)
+        heuristic = PlacementService(
+            store, node_service(store, clock), [CPU_POOL], clock=clock, search_steps=0
+        )
+        report = heuristic.place_batch([workload(f"h{i}", cpu) for i, cpu in enumerate(sizes)])
+        assert (len(report.workers_requested), report.optimality_gap) == (3, 1)
+
+    def test_a_bad_search_budget_is_refused(self, store: EventStore) -> None:
+        """The step budget is checked once, at construction."""
+        with pytest.raises(ValueError, match="search_steps"):
+            PlacementService(
+                store, node_service(store), [CPU_POOL], clock=ManualClock(T0), search_steps=-5
+            )
+
     def test_capacity_on_its_way_is_counted(
         self, store: EventStore, machines: FakeMachines
     ) -> None:

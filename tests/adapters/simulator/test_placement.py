@@ -62,6 +62,20 @@ class TestBurstWorkloads:
         assert [p["name"] for p in data["naive"]["phases"]] == ["fits", "overflow"]
         assert all(keys <= set(p) for p in data["naive"]["phases"])
 
+    def test_json_reports_the_optimality_gap(self) -> None:
+        """--json adds ``optimality_gap`` (how many workers the overflow's plans may exceed the
+        minimum by: 0 on the default seed, every plan proven minimal) beside every key it had."""
+        data = json.loads(json.dumps(run_placement_scenario(1).to_dict()))
+        assert data["optimality_gap"] == 0
+        assert {
+            "scenario",
+            "seed",
+            "config",
+            "phases",
+            "overcommitted_nodes",
+            "node_events_per_batch",
+        } <= set(data)
+
     def test_render_names_both_placers(self, compared: PlacementReport) -> None:
         """The text report shows the batch and naive rows and the unnecessary workers."""
         text = compared.render()
