@@ -8,9 +8,8 @@ requests arriving while a batch is planned and committed queue up and are taken 
 next one, so batches grow with the load by themselves (the store's group commit does the same one
 layer down), each still planned on one snapshot that includes every batch before it.
 
-``window_seconds`` is beta9's bound on a collection that keeps finding requests one at a time.
-This collector drains the backlog in one step, so a take never comes near it; it is validated
-and kept so that configurations naming it stay valid.
+Beta9 also bounds a collection by a 50 ms window; draining the backlog in one step never comes
+near it, so there is no window to set.
 """
 
 from __future__ import annotations
@@ -27,17 +26,12 @@ __all__ = ["Collector"]
 class Collector:
     """A thread-safe backlog of workload requests, taken out in batches."""
 
-    def __init__(self, *, max_batch: int = 100, window_seconds: float = 0.05) -> None:
+    def __init__(self, *, max_batch: int = 100) -> None:
         if type(max_batch) is not int or max_batch < 1:
             raise ValueError(
                 f"max_batch must be a positive integer (100 is typical), got {max_batch!r}"
             )
-        if window_seconds < 0:
-            raise ValueError(
-                f"window_seconds must be >= 0 (0.05 is typical), got {window_seconds!r}"
-            )
         self.max_batch = max_batch
-        self.window_seconds = window_seconds
         self._backlog: deque[WorkloadRequest] = deque()
         self._arrived = threading.Condition()
         self._closed = False

@@ -60,7 +60,6 @@ class PlacementRuntime:
         clock: Clock | None = None,
         pool_of: Callable[[str], str | None] | None = None,
         max_batch: int = 100,
-        window_seconds: float = 0.05,
         max_conflict_retries: int = 5,
         threads: bool = True,
         leadership: Leadership | None = None,
@@ -77,7 +76,7 @@ class PlacementRuntime:
             # the same workloads, so placements are guarded on the workloads' own streams.
             record_placements = leadership is not None
         self.clock: Clock = clock if clock is not None else SystemClock()
-        self.collector = Collector(max_batch=max_batch, window_seconds=window_seconds)
+        self.collector = Collector(max_batch=max_batch)
         writer = Writer(
             actor=actor,
             labels=(("capability", "placement"),),

@@ -48,10 +48,9 @@ class WorkloadRequest:
 
     ``gpu_types`` lists acceptable GPU types, preferred first; empty means any, and so does
     ``"any"`` (beta9's ``GPU_ANY``): the types listed before it are preferred, in order, then any
-    other type. ``selector`` names
-    the pool the workload must run in; without one it only goes to pools that do not require a
-    selector. A non-``preemptible`` workload never lands on a preemptible (spot) worker. Higher
-    ``priority`` is planned first.
+    other type. ``selector`` names the pool the workload must run in; without one it only goes to
+    pools that do not require a selector. A non-``preemptible`` workload never lands on a
+    preemptible (spot) worker. Higher ``priority`` is planned first.
     """
 
     id: str
