@@ -26,7 +26,10 @@ How the service answers the batch PUT, and how this adapter reads it:
   code and message); with ``BatchMachineInternalServerError`` the same list is JSON inside
   ``message``. Machines not listed have started.
 - any other error code applies to every machine of the batch, and nothing started: the call
-  raises the classified :class:`CloudError`.
+  raises the classified :class:`CloudError`. A batch of more than 50 machines goes out as several
+  PUTs, one after the other; when a later one is refused so (a 429, say), the machines of the
+  earlier ones exist, so it is reported per machine instead, for that PUT's machines and those
+  of the PUTs not sent after it.
 - a lost answer or a 5xx without per-machine details: nothing is known, so each machine is read.
 
 Progress. Each poll lists the pool's machines once (the SDK's ``machines.list``, ``GET
@@ -214,9 +217,22 @@ class AksMachinesCloud:
         created: dict[str, str] = {}
         failed: dict[str, CloudError] = {}
         deleted: list[str] = []
+        refusal: CloudError | None = None
         for start in range(0, len(request.machines), self._max_batch):
             part = request.machines[start : start + self._max_batch]
-            result = self._create_part(request, part, on_progress)
+            if refusal is not None:
+                # Not sent: the same PUT would meet the same refusal (a 429 only earns more).
+                failed.update(dict.fromkeys((m.machine_name for m in part), refusal))
+                continue
+            try:
+                result = self._create_part(request, part, on_progress)
+            except CloudError as e:
+                if start == 0:
+                    raise  # nothing of the batch was sent yet: the whole call was refused
+                # The earlier parts' machines exist: raising would say nothing was created.
+                refusal = e
+                failed.update(dict.fromkeys((m.machine_name for m in part), e))
+                continue
             created.update(result.created)
             failed.update(result.failed)
             deleted.extend(result.deleted)

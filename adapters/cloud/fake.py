@@ -19,15 +19,25 @@ against the real adapters:
 
 Everything a test scripts is consumed once: ``fail_machine`` fails the next create of that name,
 ``fail_next_calls``/``throttle`` the next calls, ``omit_from_result`` the next report of a name.
+
+Two settings make it behave like AKS under load (the simulator's ``aks`` cloud profile):
+``vary_latency`` draws each call's latency from a range (a batch's long-running operation takes
+60 to 120 s), and ``limit_writes`` puts ARM's write budget in front of it
+(:mod:`~fleetledger.adapters.cloud.throttling`): each call spends one write per
+``machines_per_write`` machines, as each AKS batch PUT of up to 50 machines is one ARM write, and
+a call the bucket cannot pay for is refused as a whole with :class:`Throttled` and the
+``Retry-After`` ARM would give (whole seconds until the bucket holds enough), creating nothing.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from random import Random
 
 from fleetledger.adapters.clock import Clock, SystemClock
 
@@ -45,6 +55,7 @@ from .port import (
     ProgressNote,
     batch_put_machine_header,
 )
+from .throttling import BucketLimits, TokenBucket
 
 __all__ = ["FakeCall", "FakeCloud"]
 
@@ -93,6 +104,10 @@ class FakeCloud:
         self._omitted: set[str] = set()
         self._delete_failed = delete_failed
         self._deletions: list[str] = []
+        self._latency_range: tuple[float, float, Random] | None = None
+        self._writes: TokenBucket | None = None
+        self._machines_per_write = 1
+        self._write_refusals = 0
 
     # -- scripting -----------------------------------------------------------------------------
 
@@ -115,6 +130,34 @@ class FakeCloud:
     def throttle(self, *, retry_after: float | None = None, count: int = 1) -> None:
         """Make the next ``count`` calls raise :class:`Throttled` with ``retry_after``."""
         self.fail_next_calls(Throttled(retry_after=retry_after), count=count)
+
+    def vary_latency(self, low: float, high: float, *, seed: int) -> None:
+        """Give each later call's machines a latency drawn uniformly from ``low``-``high`` s,
+        one draw per call (a batch's long-running operation), from a generator seeded with
+        ``seed``: the same calls in the same order get the same latencies."""
+        if not 0 <= low <= high:
+            raise ValueError(f"need 0 <= low <= high seconds, got {low} and {high}")
+        with self._lock:
+            self._latency_range = (low, high, Random(seed))
+
+    def limit_writes(
+        self,
+        limits: BucketLimits,
+        *,
+        available: float | None = None,
+        machines_per_write: int = 50,
+    ) -> None:
+        """Refuse calls beyond a write budget, as ARM does (see the module docstring).
+
+        ``available``: the tokens left when the limit starts (the bucket is shared with the
+        subscription's other writers; full by default). A call costs one write per
+        ``machines_per_write`` machines, rounded up.
+        """
+        if machines_per_write < 1:
+            raise ValueError(f"machines_per_write must be >= 1, got {machines_per_write}")
+        with self._lock:
+            self._writes = TokenBucket(limits, available=available)
+            self._machines_per_write = machines_per_write
 
     def omit_from_result(self, *machine_names: str) -> None:
         """Create these machines normally but leave them out of the next result that has them."""
@@ -142,6 +185,12 @@ class FakeCloud:
         with self._lock:
             return tuple(self._deletions)
 
+    @property
+    def write_refusals(self) -> int:
+        """Calls refused because the write budget (``limit_writes``) could not pay for them."""
+        with self._lock:
+            return self._write_refusals
+
     def machine_names(self) -> tuple[str, ...]:
         """The machines that exist now (created or failed), in creation order."""
         with self._lock:
@@ -164,14 +213,16 @@ class FakeCloud:
             self._calls.append(FakeCall(request, batch_put_machine_header(request.machines)))
             if self._call_failures:
                 raise self._call_failures.popleft()
-            accepted, refused = self._accept(request)
+            self._spend_writes(len(request.machines))
+            latency = self._call_latency()
+            accepted, refused = self._accept(request, latency)
             omitted = self._omitted & set(accepted)
             self._omitted -= omitted
         if on_progress is not None and accepted:
             on_progress(
                 [ProgressNote(name, f"fake:{request.batch_id}:{name}") for name in accepted]
             )
-        self._clock.sleep(self._latency.total_seconds())
+        self._clock.sleep(latency.total_seconds())
         created: dict[str, str] = {}
         failed: dict[str, CloudError] = dict(refused)
         for name in accepted:
@@ -213,9 +264,34 @@ class FakeCloud:
             return MachineObservation(machine_name, "failed", machine.provider_id, machine.error)
         return MachineObservation(machine_name, "succeeded", machine.provider_id)
 
-    def _accept(self, request: BatchCreate) -> tuple[list[str], dict[str, CloudError]]:
+    def _call_latency(self) -> timedelta:
+        """This call's latency (under the lock, so draws follow the order of calls)."""
+        if self._latency_range is None:
+            return self._latency
+        low, high, rng = self._latency_range
+        return timedelta(seconds=rng.uniform(low, high))
+
+    def _spend_writes(self, machines: int) -> None:
+        """Pay for a call from the write budget (under the lock), or refuse it as ARM would."""
+        if self._writes is None:
+            return
+        cost = min(math.ceil(machines / self._machines_per_write), self._writes.limits.bucket_size)
+        wait = self._writes.take(cost, self._clock.now())
+        if wait > 0:
+            self._write_refusals += 1
+            retry_after = float(math.ceil(wait))
+            raise Throttled(
+                f"Number of write requests for the subscription exceeded its limit; please try "
+                f"again after {retry_after:g} seconds",
+                retry_after=retry_after,
+                provider_code="SubscriptionRequestsThrottled",
+            )
+
+    def _accept(
+        self, request: BatchCreate, latency: timedelta
+    ) -> tuple[list[str], dict[str, CloudError]]:
         """Decide each machine under the lock: accepted (new or existing) or refused."""
-        ready_at = self._clock.now() + self._latency
+        ready_at = self._clock.now() + latency
         accepted: list[str] = []
         refused: dict[str, CloudError] = {}
         for name in request.machine_names:

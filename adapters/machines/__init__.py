@@ -16,6 +16,8 @@ cloud port), :mod:`~fleetledger.adapters.machines.driver` (the grouper's clock),
 :mod:`~fleetledger.adapters.machines.streams` (stream names),
 :mod:`~fleetledger.adapters.machines.context` (skip-batching flag and batch metadata),
 :mod:`~fleetledger.adapters.machines.clouds` (choosing the cloud adapter),
+:mod:`~fleetledger.adapters.machines.write_budget` (the cloud's write budget as the coordinator
+spends it), :mod:`~fleetledger.adapters.machines.throttled` (waits for it, recorded),
 :mod:`~fleetledger.adapters.machines.errors`.
 """
 
@@ -25,7 +27,12 @@ from fleetledger.adapters.runtime import InlineRunner, RetryPolicy, TaskRunner, 
 
 from .clouds import CLOUD_KINDS, CloudChoice, build_cloud
 from .context import BatchMetadata, current_batch, should_skip_batching, skip_batching
-from .coordinator import Coordinator, CoordinatorOptions, DispatchMode
+from .coordinator import (
+    DEFAULT_MAX_CONCURRENT_BATCHES,
+    Coordinator,
+    CoordinatorOptions,
+    DispatchMode,
+)
 from .driver import GrouperDriver
 from .errors import (
     BatchStalled,
@@ -44,13 +51,17 @@ from .outcomes import MachineOutcome
 from .runtime import MachinesRuntime
 from .service import Accepted, MachineService
 from .streams import DEFAULT_GROUPER, batch_stream_id, grouper_stream_id
+from .throttled import BatchThrottled
+from .write_budget import ThrottleReason, WriteBudget, WriteReservation
 
 __all__ = [
     "CLOUD_KINDS",
     "DEFAULT_GROUPER",
+    "DEFAULT_MAX_CONCURRENT_BATCHES",
     "Accepted",
     "BatchMetadata",
     "BatchStalled",
+    "BatchThrottled",
     "CloudChoice",
     "CloudNotConfigured",
     "Coordinator",
@@ -72,7 +83,10 @@ __all__ = [
     "RuntimeStopped",
     "TaskRunner",
     "ThreadRunner",
+    "ThrottleReason",
     "UnknownRequest",
+    "WriteBudget",
+    "WriteReservation",
     "batch_stream_id",
     "build_cloud",
     "current_batch",

@@ -15,12 +15,11 @@ count safe for the largest would cut ordinary batches into needless parts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from fleetledger.adapters.runtime import Aggregate
 from fleetledger.domain.machines import (
-    BatchCommand,
-    BatchEvent,
     BatchState,
     GrouperCommand,
     GrouperConfig,
@@ -32,6 +31,13 @@ from fleetledger.domain.machines import batch as machine_batch
 
 from .records import BATCH_CODEC, GROUPER_CODEC
 from .streams import batch_stream_id, grouper_stream_id
+from .throttled import (
+    BatchLogCommand,
+    BatchLogEvent,
+    BatchThrottled,
+    RecordThrottle,
+    decide_throttle,
+)
 
 __all__ = ["SEAL_MARGIN_BYTES", "batch_aggregate", "grouper_aggregate", "sealing_config"]
 
@@ -84,13 +90,27 @@ def grouper_aggregate(
     )
 
 
-def batch_aggregate(grouper_name: str) -> Aggregate[BatchState, BatchCommand, BatchEvent]:
-    """The lifecycle of one batch sealed by ``grouper_name``; streams are keyed by batch id."""
+def batch_aggregate(grouper_name: str) -> Aggregate[BatchState, BatchLogCommand, BatchLogEvent]:
+    """The lifecycle of one batch sealed by ``grouper_name``, with the runtime's throttling
+    waits (:mod:`~fleetledger.adapters.machines.throttled`); streams are keyed by batch id."""
     return Aggregate(
         name="batch",
         initial_state=machine_batch.initial_state,
-        evolve=machine_batch.evolve,
-        decide=machine_batch.decide,
+        evolve=_evolve_batch,
+        decide=_decide_batch,
         codec=BATCH_CODEC,
         stream_of=lambda batch_id: batch_stream_id(grouper_name, batch_id),
     )
+
+
+def _evolve_batch(state: BatchState, event: BatchLogEvent) -> BatchState:
+    # A wait changes no request's fate.
+    if isinstance(event, BatchThrottled):
+        return state
+    return machine_batch.evolve(state, event)
+
+
+def _decide_batch(state: BatchState, command: BatchLogCommand) -> Sequence[BatchLogEvent]:
+    if isinstance(command, RecordThrottle):
+        return decide_throttle(state, command)
+    return machine_batch.decide(state, command)

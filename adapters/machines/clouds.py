@@ -1,5 +1,14 @@
 """Choosing the ``CloudMachines`` adapter the runtime talks to: the fake, plain VMs, or AKS.
 
+Each choice also says how fast the cloud lets this controller write (``write_limits``): Azure
+Resource Manager's documented per-subscription budget for AKS, the same refilled at Compute's
+sustained create rate for plain VMs, and no limit for the fakes, which have no ARM in front of them
+(see :mod:`fleetledger.adapters.cloud.throttling`); and how many batches may run at once. A
+deployment can set them in the environment: ``FLEETLEDGER_WRITE_RATE`` (writes per second, or
+``none`` for no local budget), ``FLEETLEDGER_WRITE_BURST`` (writes at once) and
+``FLEETLEDGER_MAX_CONCURRENT_BATCHES``. :meth:`CloudChoice.coordinator_options` turns a choice,
+and any figures given on a command line (which win), into the coordinator's options.
+
 The fake needs nothing. The real adapters read their settings from the environment, so a deployment
 configures them once (and no secret ever sits on a command line); credentials come from
 ``azure.identity.DefaultAzureCredential`` (workload identity, managed identity, ``az login``…). A
@@ -9,16 +18,22 @@ every variable to set, before anything is started.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from fleetledger.adapters.clock import Clock
 from fleetledger.adapters.cloud import CloudMachines, FakeCloud
 from fleetledger.adapters.cloud.errors import CloudSetupError
+from fleetledger.adapters.cloud.throttling import (
+    ARM_SUBSCRIPTION_WRITES,
+    COMPUTE_PUT_VM_WRITES,
+    BucketLimits,
+)
 
-from .coordinator import DispatchMode
+from .coordinator import DEFAULT_MAX_CONCURRENT_BATCHES, CoordinatorOptions, DispatchMode
 from .errors import CloudNotConfigured
 
 if TYPE_CHECKING:
@@ -46,13 +61,106 @@ def _nothing_to_close() -> None:
 
 @dataclass(frozen=True, slots=True)
 class CloudChoice:
-    """The adapter, how the coordinator dispatches to it, and a line for the logs."""
+    """The adapter, how the coordinator dispatches to it, its write budget, a line for the logs."""
 
     cloud: CloudMachines
     dispatch_mode: DispatchMode
     description: str
     close: Callable[[], None] = _nothing_to_close
     """Releases the adapter's credential and clients (call it on shutdown)."""
+    write_limits: BucketLimits | None = None
+    """The cloud's write budget (documented, or as configured); ``None``: none (the fakes)."""
+    max_concurrent_batches: int = DEFAULT_MAX_CONCURRENT_BATCHES
+    """The ceiling of batches executed at once (as configured)."""
+
+    def coordinator_options(
+        self,
+        *,
+        write_rate: float | None = None,
+        write_burst: int | None = None,
+        max_concurrent_batches: int | None = None,
+    ) -> CoordinatorOptions:
+        """The coordinator's options for this cloud: its dispatch mode and write budget, with
+        the figures given here (an operator's) in place of the cloud's own."""
+        limits = self.write_limits
+        rate = (
+            write_rate
+            if write_rate is not None
+            else (limits.refill_per_second if limits is not None else None)
+        )
+        burst = (
+            write_burst
+            if write_burst is not None
+            else (limits.bucket_size if limits is not None else ARM_SUBSCRIPTION_WRITES.bucket_size)
+        )
+        return CoordinatorOptions(
+            dispatch_mode=self.dispatch_mode,
+            write_rate=rate,
+            write_burst=burst,
+            max_concurrent_batches=(
+                max_concurrent_batches
+                if max_concurrent_batches is not None
+                else self.max_concurrent_batches
+            ),
+        )
+
+
+_WRITE_RATE = "FLEETLEDGER_WRITE_RATE"
+_WRITE_BURST = "FLEETLEDGER_WRITE_BURST"
+_MAX_CONCURRENT_BATCHES = "FLEETLEDGER_MAX_CONCURRENT_BATCHES"
+
+
+@dataclass(frozen=True, slots=True)
+class _Configured:
+    """What the environment sets of the write budget and the ceiling (``None``: not set)."""
+
+    no_budget: bool
+    write_rate: float | None
+    write_burst: int | None
+    max_concurrent_batches: int | None
+
+    @classmethod
+    def read(cls, env: Mapping[str, str]) -> _Configured:
+        rate = env.get(_WRITE_RATE, "").strip()
+        burst = env.get(_WRITE_BURST, "").strip()
+        ceiling = env.get(_MAX_CONCURRENT_BATCHES, "").strip()
+        no_budget = rate.lower() == "none"
+        return cls(
+            no_budget=no_budget,
+            write_rate=None if no_budget or not rate else _positive(_WRITE_RATE, rate, float),
+            write_burst=int(_positive(_WRITE_BURST, burst, int)) if burst else None,
+            max_concurrent_batches=(
+                int(_positive(_MAX_CONCURRENT_BATCHES, ceiling, int)) if ceiling else None
+            ),
+        )
+
+    def apply(self, choice: CloudChoice) -> CloudChoice:
+        limits = choice.write_limits
+        if self.no_budget:
+            limits = None
+        elif self.write_rate is not None or self.write_burst is not None:
+            rate = self.write_rate or (limits.refill_per_second if limits is not None else None)
+            burst = self.write_burst or (
+                limits.bucket_size if limits is not None else ARM_SUBSCRIPTION_WRITES.bucket_size
+            )
+            limits = None if rate is None else BucketLimits(burst, rate)
+        return replace(
+            choice,
+            write_limits=limits,
+            max_concurrent_batches=self.max_concurrent_batches or choice.max_concurrent_batches,
+        )
+
+
+def _positive(name: str, text: str, kind: type[int] | type[float]) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        value = -1
+    if not (math.isfinite(value) and value > 0):
+        what = "a whole number" if kind is int else "a number"
+        extra = " (or none: no local budget)" if name == _WRITE_RATE else ""
+        raise CloudNotConfigured(f"{name} must be {what} > 0{extra}, not {text!r}")
+    return value
 
 
 def build_cloud(
@@ -66,6 +174,14 @@ def build_cloud(
     """The adapter for ``kind`` (one of :data:`CLOUD_KINDS`); with ``fake_state`` the fake
     lives in that file and every process given the same file shares it."""
     env = os.environ if environ is None else environ
+    # Read first: a bad setting is reported before any credential or client is made.
+    configured = _Configured.read(env)
+    return configured.apply(_choose(kind, clock, fake_latency, fake_state, env))
+
+
+def _choose(
+    kind: str, clock: Clock, fake_latency: float, fake_state: str | None, env: Mapping[str, str]
+) -> CloudChoice:
     if kind == "fake" and fake_state is not None:
         from fleetledger.adapters.cloud.shared_fake import SharedFakeCloud
 
@@ -130,6 +246,7 @@ def _azure_vm(settings: dict[str, str], env: Mapping[str, str]) -> CloudChoice:
         "per_machine",
         f"Azure VMs in resource group {group} (create-only PUT per machine)",
         close=session.close,
+        write_limits=COMPUTE_PUT_VM_WRITES,
     )
 
 
@@ -157,6 +274,7 @@ def _aks(settings: dict[str, str], env: Mapping[str, str], clock: Clock) -> Clou
         "batch",
         f"AKS machines in {cluster}/{pool} (BatchPutMachine)",
         close=session.close,
+        write_limits=ARM_SUBSCRIPTION_WRITES,
     )
 
 

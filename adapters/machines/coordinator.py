@@ -33,15 +33,28 @@ read the in-doubt machines, then dispatch what is left — exactly as a restart 
 this process leads. :meth:`Coordinator.halt` ends the waiting (a stop past its grace period, a
 step-down): the batch is then left to the next leader.
 
-Concurrency: batches run on a :class:`~fleetledger.adapters.runtime.runners.TaskRunner` (the bound
-on calls in flight); one batch never runs twice at once in this process. Two processes working the
-same batch would both be safe (expected versions, create-only), but wasteful: run one leader.
+Concurrency: batches run on a :class:`~fleetledger.adapters.runtime.runners.TaskRunner`, whose
+bound (``max_concurrent_batches`` when the runtime builds it) is a ceiling, set high by default:
+what paces the batches is the cloud's write budget. One batch never runs twice at once in this
+process. Two processes working the same batch would both be safe (expected versions,
+create-only), but wasteful: run one leader.
+
+The write budget: before each dispatch the batch reserves the writes its create call costs from
+a :class:`~fleetledger.adapters.machines.write_budget.WriteBudget` (Azure's per-subscription
+write bucket by default: 200 at once, 10 a second), and if it must wait, records
+:class:`~fleetledger.adapters.machines.throttled.BatchThrottled` (the wait, and why: the local
+budget, or a 429's ``Retry-After``) before waiting, with the dispatch not yet recorded. A 429 the
+cloud answers anyway (other writers share the budget; providers behind ARM have their own) still
+fails its batch's machines with ``throttled`` and the ``Retry-After``, as above, and tells the
+budget, which pauses every batch's writes until the ``Retry-After`` has passed and lowers its
+rate, growing back while no 429 comes.
 """
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,7 +68,9 @@ from fleetledger.adapters.cloud import (
     MachineObservation,
     MachineSpec,
     ProgressNote,
+    Throttled,
 )
+from fleetledger.adapters.cloud.throttling import ARM_SUBSCRIPTION_WRITES
 from fleetledger.adapters.runtime import (
     Aggregate,
     CommandRefused,
@@ -70,9 +85,7 @@ from fleetledger.adapters.runtime import (
 )
 from fleetledger.domain.machines import (
     ERROR_CODES,
-    BatchCommand,
     BatchCompleted,
-    BatchEvent,
     BatchState,
     ErrorCode,
     MachineError,
@@ -98,8 +111,11 @@ from .errors import LogContention as MachinesLogContention
 from .errors import LogUnavailable as MachinesLogUnavailable
 from .outcomes import MachineOutcome, outcomes_of
 from .streams import validate_grouper_name
+from .throttled import BatchLogCommand, BatchLogEvent, RecordThrottle
+from .write_budget import ThrottleReason, WriteBudget
 
 __all__ = [
+    "DEFAULT_MAX_CONCURRENT_BATCHES",
     "CompletionHandler",
     "Coordinator",
     "CoordinatorOptions",
@@ -110,13 +126,23 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 DispatchMode = Literal["batch", "per_machine"]
+
+DEFAULT_MAX_CONCURRENT_BATCHES = 1200
+"""Batches executed at once, at most, by default: ARM's sustained write rate (10 a second) times
+the longest an AKS batch takes to finish (some 120 s). Below it the ceiling, not the cloud's
+budget, would pace a steady load of long batches; each in-flight batch holds a thread."""
+
 CompletionHandler = Callable[[str, tuple[MachineOutcome, ...], str], None]
 """``(batch_id, outcomes, completed_event_id)``: a batch has every outcome."""
+
+_RETRY_AFTER: ThrottleReason = "retry_after"
+_PAUSE_SLICE_SECONDS = 1.0
+"""A throttling wait is slept in slices this long, so that a halt ends it within one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CoordinatorOptions:
-    """How batches are sent and how long in-doubt machines are waited for.
+    """How batches are sent, how many at once, and how long in-doubt machines are waited for.
 
     ``dispatch_mode="batch"`` records the ``BatchPutMachine`` header (one call per batch, the AKS
     machines API and the fake); ``"per_machine"`` records one call per machine and no header
@@ -125,6 +151,17 @@ class CoordinatorOptions:
     ``read_error_attempts`` times. Past either bound the batch is left for the next start. A
     batch the log failed under is executed again after ``log_retry_seconds``, the wait doubling
     up to ``log_retry_max_seconds`` while the log stays unreachable.
+
+    ``max_concurrent_batches`` bounds the batches executed at once (the thread runner the runtime
+    builds); the default, :data:`DEFAULT_MAX_CONCURRENT_BATCHES`, leaves the cloud's budget to
+    pace them. ``write_rate`` (writes per second) and ``write_burst`` (writes at once) size the
+    write budget (:mod:`~fleetledger.adapters.machines.write_budget`); the defaults are Azure
+    Resource Manager's documented per-subscription write bucket, 10 a second and 200
+    (:data:`~fleetledger.adapters.cloud.throttling.ARM_SUBSCRIPTION_WRITES`, with sources), and
+    ``write_rate=None`` sets no local limit (a cloud without ARM in front of it). After a 429
+    the rate grows back to ``write_rate`` over ``write_recovery_seconds``. A create call costs
+    one write per machine in ``"per_machine"`` mode, and one per ``machines_per_write`` machines
+    in ``"batch"`` mode (the AKS machines API takes 50 machines in one PUT).
     """
 
     dispatch_mode: DispatchMode = "batch"
@@ -133,6 +170,11 @@ class CoordinatorOptions:
     read_error_attempts: int = 5
     log_retry_seconds: float = 0.5
     log_retry_max_seconds: float = 5.0
+    max_concurrent_batches: int = DEFAULT_MAX_CONCURRENT_BATCHES
+    write_rate: float | None = ARM_SUBSCRIPTION_WRITES.refill_per_second
+    write_burst: int = ARM_SUBSCRIPTION_WRITES.bucket_size
+    write_recovery_seconds: float = 60.0
+    machines_per_write: int = 50
 
     def __post_init__(self) -> None:
         if self.dispatch_mode not in ("batch", "per_machine"):
@@ -148,6 +190,36 @@ class CoordinatorOptions:
                 "log_retry_seconds must be > 0 and at most log_retry_max_seconds, got "
                 f"{self.log_retry_seconds} and {self.log_retry_max_seconds}"
             )
+        for name in ("max_concurrent_batches", "write_burst", "machines_per_write"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        rate = self.write_rate
+        if rate is not None and not (
+            isinstance(rate, float | int) and math.isfinite(rate) and rate > 0
+        ):
+            raise ValueError(
+                f"write_rate must be a number of writes per second > 0, or None for no local "
+                f"limit; got {rate!r}"
+            )
+        if not self.write_recovery_seconds > 0:
+            raise ValueError(
+                f"write_recovery_seconds must be > 0, got {self.write_recovery_seconds!r}"
+            )
+
+    def write_budget(self) -> WriteBudget:
+        """A fresh write budget of this size."""
+        return WriteBudget(
+            rate=self.write_rate,
+            burst=self.write_burst,
+            recovery_seconds=self.write_recovery_seconds,
+        )
+
+    def writes_for(self, machines: int) -> int:
+        """The writes a create call of ``machines`` machines costs."""
+        if self.dispatch_mode == "per_machine":
+            return machines
+        return math.ceil(machines / self.machines_per_write)
 
 
 def machine_error(error: CloudError) -> MachineError:
@@ -177,6 +249,7 @@ class Coordinator:
         actor: str = "fleetledger",
         retry: RetryPolicy | None = None,
         writer: Writer | None = None,
+        write_budget: WriteBudget | None = None,
     ) -> None:
         self._store = store
         self._cloud = cloud
@@ -186,6 +259,8 @@ class Coordinator:
         self._grouper = validate_grouper_name(grouper_name)
         self._batches = batch_aggregate(self._grouper)
         self._options = options or CoordinatorOptions()
+        # One per subscription: given, when several coordinators share one.
+        self._budget = write_budget if write_budget is not None else self._options.write_budget()
         self._writer = writer or Writer(actor=actor, labels=(("grouper", self._grouper),))
         self._retry = retry or RetryPolicy()
         self._idle = threading.Condition()
@@ -194,6 +269,11 @@ class Coordinator:
         # run once more when the current run ends, or the batch could be dropped by both.
         self._again: set[str] = set()
         self._halted = threading.Event()
+
+    @property
+    def write_budget(self) -> WriteBudget:
+        """The write budget the batches spend before their create calls."""
+        return self._budget
 
     # -- scheduling --------------------------------------------------------------------------
 
@@ -325,6 +405,7 @@ class Coordinator:
         assert opened is not None
         machines = machines_to_dispatch(state)
         attempt = len(state.dispatches) + 1
+        self._await_write_budget(batch, attempt, self._options.writes_for(len(machines)))
         if self._options.dispatch_mode == "batch":
             header: str | None = encode_batch_put_machine_header(machines)
             calls: tuple[str, ...] = (
@@ -379,6 +460,8 @@ class Coordinator:
                 retryable=e.retryable,
                 error=e.message,
             )
+            if isinstance(e, Throttled):
+                self._throttled({name: e for name in request.machine_names})
             error = machine_error(e)
             batch.record(RecordCallFailure(batch.batch_id, attempt, error, at=self._clock.now()))
             return
@@ -393,6 +476,7 @@ class Coordinator:
             )
             batch.call_error = batch.call_error or f"{type(e).__name__}: {e}"
             return
+        self._throttled(result.failed)
         failed = {name: machine_error(error) for name, error in result.failed.items()}
         batch.record(
             RecordMachineResults(
@@ -403,6 +487,57 @@ class Coordinator:
                 deleted=tuple(result.deleted),
             )
         )
+
+    # -- the write budget -------------------------------------------------------------------
+
+    def _await_write_budget(self, batch: _BatchLog, attempt: int, writes: int) -> None:
+        """Reserve the dispatch's writes; record and wait out what the budget asks for.
+
+        A wait made before a 429 answered another batch is followed by that 429's pause, so
+        the write does not go out while the cloud refuses writes.
+        """
+        reservation = self._budget.reserve(writes, self._clock.now())
+        wait, reason = reservation.wait_seconds, reservation.reason
+        while wait > 0:
+            rate = self._budget.rate(self._clock.now())
+            batch.record(
+                RecordThrottle(
+                    batch.batch_id, attempt, reason, wait, writes, rate, at=self._clock.now()
+                )
+            )
+            log.info(
+                "batch waits for the cloud's write budget",
+                batch_id=batch.batch_id,
+                reason=reason,
+                wait_seconds=round(wait, 3),
+                writes=writes,
+                write_rate=rate,
+            )
+            self._pause(batch.batch_id, wait)
+            wait = self._budget.pause_remaining(self._clock.now())
+            reason = _RETRY_AFTER
+
+    def _pause(self, batch_id: str, seconds: float) -> None:
+        """Sleep ``seconds`` on the clock, in slices, ending early (raising) on a halt."""
+        remaining = seconds
+        while True:
+            if self._halted.is_set():
+                raise BatchStalled(
+                    f"batch {batch_id} was waiting for the write budget when this process "
+                    "stopped leading; it is left to the next leader"
+                )
+            if remaining <= 1e-9:
+                return
+            step = min(remaining, _PAUSE_SLICE_SECONDS)
+            self._clock.sleep(step)
+            remaining -= step
+
+    def _throttled(self, errors: Mapping[str, CloudError]) -> None:
+        """Tell the write budget when the cloud answered 429 (once per call)."""
+        refusals = [e for e in errors.values() if isinstance(e, Throttled)]
+        if refusals:
+            waits = [e.retry_after for e in refusals if e.retry_after is not None]
+            self._budget.refused(max(waits) if waits else None, self._clock.now())
 
     def _read_unresolved(self, batch: _BatchLog) -> None:
         for machine in unresolved_machines(batch.state):
@@ -416,7 +551,7 @@ class Coordinator:
                 # A machine that exists has an id; the name is the fallback an adapter without
                 # one can still be traced by.
                 provider_id = seen.provider_id or machine.machine_name
-                command: BatchCommand = RecordMachineRead(
+                command: BatchLogCommand = RecordMachineRead(
                     batch.batch_id, machine.machine_name, "created", provider_id, at=now
                 )
             elif seen.status == "failed":
@@ -504,13 +639,13 @@ class _BatchLog:
         store: EventStore,
         batch_id: str,
         *,
-        aggregate: Aggregate[BatchState, BatchCommand, BatchEvent],
+        aggregate: Aggregate[BatchState, BatchLogCommand, BatchLogEvent],
         clock: Clock,
         retry: RetryPolicy,
         writer: Writer,
     ) -> None:
         self.batch_id = batch_id
-        self._stream: HostedStream[BatchState, BatchCommand, BatchEvent] = HostedStream(
+        self._stream: HostedStream[BatchState, BatchLogCommand, BatchLogEvent] = HostedStream(
             store, aggregate, aggregate.stream_of(batch_id), clock=clock, writer=writer, retry=retry
         )
         self.completed_event_id = ""
@@ -533,7 +668,7 @@ class _BatchLog:
         except StoreUnavailable as e:
             raise MachinesLogUnavailable(f"cannot load batch {self.batch_id}: {e}") from e
 
-    def record(self, *commands: BatchCommand) -> None:
+    def record(self, *commands: BatchLogCommand) -> None:
         """Decide ``commands`` in turn on the current state and append what they decide in one
         append, or nothing if one is refused (a leader duty).
 
@@ -554,7 +689,7 @@ class _BatchLog:
             # StoreUnavailable: a read on the way (catching up after a conflict) failed.
             raise MachinesLogUnavailable(str(e)) from e
 
-    def _note_completion(self, folded: Sequence[Folded[BatchEvent]]) -> None:
+    def _note_completion(self, folded: Sequence[Folded[BatchLogEvent]]) -> None:
         for f in folded:
             if isinstance(f.event, BatchCompleted):
                 self.completed_event_id = f.event_id

@@ -24,6 +24,11 @@ the model has read further into the grouper stream than the grouper has folded, 
 catches up, and what it folds is announced as its own decisions are (the driver sees the new
 deadlines; a leader's coordinator gets the batches sealed elsewhere).
 
+Batches run on a thread pool of ``coordinator_options.max_concurrent_batches`` threads (a
+ceiling set high: the cloud's write budget paces them, see
+:mod:`~fleetledger.adapters.machines.write_budget`); give ``write_budget`` to share one budget
+between runtimes writing to the same subscription.
+
 ``threads=False`` gives the same wiring without any thread: batches run inline (or on the given
 runner) and nothing ticks by itself — tests and the simulator call ``driver.step()`` at the times
 they choose.
@@ -58,6 +63,7 @@ from .outcomes import MachineOutcome
 from .service import MachineService
 from .stalls import DutyWatch
 from .streams import DEFAULT_GROUPER, batch_stream_prefix, grouper_stream_id
+from .write_budget import WriteBudget
 
 __all__ = ["SHUTTING_DOWN", "MachinesRuntime"]
 
@@ -88,9 +94,9 @@ class MachinesRuntime:
         grouper_name: str = DEFAULT_GROUPER,
         threads: bool = True,
         runner: TaskRunner | None = None,
-        max_concurrent_batches: int = 4,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         coordinator_options: CoordinatorOptions | None = None,
+        write_budget: WriteBudget | None = None,
         retry: RetryPolicy | None = None,
         actor: str = "fleetledger",
         leadership: Leadership | None = None,
@@ -103,8 +109,13 @@ class MachinesRuntime:
         self.leadership = leadership
         self._stop_timeout = stop_timeout
         self._threads = threads
+        coordinator_options = coordinator_options or CoordinatorOptions()
         if runner is None:
-            runner = ThreadRunner(max_workers=max_concurrent_batches) if threads else InlineRunner()
+            runner = (
+                ThreadRunner(max_workers=coordinator_options.max_concurrent_batches)
+                if threads
+                else InlineRunner()
+            )
         self._runner = runner
         self.projection = MachineRequestsProjection(
             grouper_stream=grouper_stream_id(grouper_name),
@@ -135,6 +146,7 @@ class MachinesRuntime:
             options=coordinator_options,
             retry=retry,
             writer=writer,
+            write_budget=write_budget,
         )
         # The leader's duties on the grouper stream, watched so that one failing for good (a
         # seal the log refuses) shows in readiness rather than only in a log line per retry.

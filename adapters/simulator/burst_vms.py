@@ -14,19 +14,61 @@ misbehaves the ways PRODUCT.md §4.1 lists, so the outcomes include failures:
 
 Injections name machines, not calls, so a run without batching (``--compare naive``) meets the
 same faults — except the throttle, which by nature hits one call: one batch, or one machine.
+
+Cloud profiles (:func:`burst_vms`): the default, ``fake``, is the above, against a fake cloud
+answering every create in 3 s. ``aks`` puts AKS timings and Azure's write budget in front of the
+fake cloud and sends one burst of ``burst_size`` requests (1,000 by default) within about two
+seconds, the way Karpenter asks for nodes when a deployment scales out:
+
+- each create call (one AKS batch PUT and its long-running operation) takes 60 to 120 s, drawn
+  per call from the seed;
+- Azure Resource Manager's per-subscription write bucket (200 writes, refilled at 10 a second,
+  :data:`~fleetledger.adapters.cloud.throttling.ARM_SUBSCRIPTION_WRITES`) pays for the calls,
+  one write per 50 machines; a call it cannot pay for is refused with a 429 and a
+  ``Retry-After``, as ARM refuses it;
+- the coordinator runs with its defaults: a ceiling of batches in flight far above the burst's
+  batches, and a write budget of ARM's size, so that it waits for the budget instead of being
+  refused by it;
+- the capacity, quota and lost-result faults are the same; there is no scripted throttle (the
+  budget is the throttle).
+
+Batched, the burst is some fifty calls, a quarter of the bucket: every machine should have its
+outcome about one batch time (at most 120 s) plus the grouper's longest seal delay (5 s) after the
+burst begins, with no throttling. Without batching (``without_batching``), the same burst is a
+thousand calls: the coordinator spaces them at ARM's 10 writes a second, and the run shows what
+that costs.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from random import Random
+from typing import Literal, get_args
 
 from fleetledger.adapters.cloud import CapacityUnavailable, FakeCloud, QuotaExceeded
-from fleetledger.adapters.machines import MachineRequest
+from fleetledger.adapters.cloud.throttling import ARM_SUBSCRIPTION_WRITES
+from fleetledger.adapters.machines import DEFAULT_MAX_CONCURRENT_BATCHES, MachineRequest
 from fleetledger.domain.template import MachineTemplate
 
 from .scenarios import Arrival, Injection, Scenario, Script
 
-__all__ = ["BURST_VMS"]
+__all__ = [
+    "AKS_BATCH_SECONDS",
+    "AKS_BURST_SIZE",
+    "BURST_VMS",
+    "CLOUD_PROFILES",
+    "CloudProfile",
+    "burst_vms",
+]
+
+CloudProfile = Literal["fake", "aks"]
+CLOUD_PROFILES: tuple[CloudProfile, ...] = get_args(CloudProfile)
+
+AKS_BATCH_SECONDS = (60.0, 120.0)
+"""How long one AKS batch create takes in the ``aks`` profile, from its PUT to its machines'
+outcome (the operation's duration is drawn uniformly from this range, per call)."""
+AKS_BURST_SIZE = 1000
+"""Requests in the ``aks`` profile's burst, unless told otherwise."""
 
 _SUBNET = (
     "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/v/subnets/n"
@@ -72,6 +114,9 @@ _QUOTA = 6
 _OMITTED = 3
 
 
+_AKS_MEAN_ARRIVAL_GAP_SECONDS = 0.002
+
+
 def _build(rng: Random) -> Script:
     arrivals: list[Arrival] = []
     at = 0.0
@@ -95,14 +140,53 @@ def _build(rng: Random) -> Script:
             arrivals.append(Arrival(at_seconds=at, request=request, burst=burst))
     return Script(
         arrivals=tuple(arrivals),
-        injections=_injections(rng, arrivals, burst_starts),
+        injections=(*_faults(rng, arrivals), _throttle(burst_starts[-1])),
         bursts=_BURSTS,
     )
 
 
-def _injections(
-    rng: Random, arrivals: list[Arrival], burst_starts: list[float]
-) -> tuple[Injection, ...]:
+def _build_aks(rng: Random, *, burst_size: int) -> Script:
+    arrivals: list[Arrival] = []
+    at = 0.0
+    for index in range(burst_size):
+        if index:
+            at += rng.expovariate(1.0 / _AKS_MEAN_ARRIVAL_GAP_SECONDS)
+        request = MachineRequest(
+            request_id=f"req-{index + 1:05d}",
+            machine_name=f"aks-burst1-{index:04d}",
+            template=rng.choices(_TEMPLATES, _WEIGHTS)[0],
+            zones=(str(rng.randint(1, 3)),),
+            tags={"fleetledger-burst": "1", "team": rng.choice(_TEAMS)},
+            skip_batching=rng.random() < _SKIP_SHARE,
+        )
+        arrivals.append(Arrival(at_seconds=at, request=request, burst=1))
+    low, high = AKS_BATCH_SECONDS
+    latency_seed = rng.getrandbits(32)
+
+    def model_aks(cloud: FakeCloud) -> None:
+        cloud.vary_latency(low, high, seed=latency_seed)
+        cloud.limit_writes(ARM_SUBSCRIPTION_WRITES)
+
+    limits = ARM_SUBSCRIPTION_WRITES
+    profile = Injection(
+        at_seconds=0.0,
+        description=(
+            f"AKS timings: each batch create takes {low:g}-{high:g} s; ARM's write budget "
+            f"({limits.bucket_size} writes, {limits.refill_per_second:g}/s, 50 machines a write) "
+            "refuses what it cannot pay for with a 429"
+        ),
+        apply=model_aks,
+    )
+    return Script(
+        arrivals=tuple(arrivals),
+        injections=(profile, *_faults(rng, arrivals)),
+        cloud_latency_seconds=(low + high) / 2,
+        max_concurrent_batches=DEFAULT_MAX_CONCURRENT_BATCHES,
+        bursts=1,
+    )
+
+
+def _faults(rng: Random, arrivals: list[Arrival]) -> tuple[Injection, ...]:
     # Faults are pinned on machine names (not on "the n-th call"), so a run without batching
     # meets the very same ones.
     picked = [a.request for a in rng.sample(arrivals, _CAPACITY_FAILURES + _QUOTA + _OMITTED)]
@@ -132,9 +216,6 @@ def _injections(
             )
         cloud.omit_from_result(*omitted)
 
-    def throttle(cloud: FakeCloud) -> None:
-        cloud.throttle(retry_after=2.0)
-
     return (
         Injection(
             at_seconds=0.0,
@@ -144,11 +225,17 @@ def _injections(
             ),
             apply=prepare,
         ),
-        Injection(
-            at_seconds=burst_starts[-1],
-            description="next create call throttled (Retry-After 2 s)",
-            apply=throttle,
-        ),
+    )
+
+
+def _throttle(at_seconds: float) -> Injection:
+    def throttle(cloud: FakeCloud) -> None:
+        cloud.throttle(retry_after=2.0)
+
+    return Injection(
+        at_seconds=at_seconds,
+        description="next create call throttled (Retry-After 2 s)",
+        apply=throttle,
     )
 
 
@@ -158,3 +245,29 @@ BURST_VMS = Scenario(
     "lost-result and throttling faults",
     build=_build,
 )
+
+
+def burst_vms(cloud_profile: str = "fake", *, burst_size: int | None = None) -> Scenario:
+    """The ``burst-vms`` scenario against ``cloud_profile`` (one of :data:`CLOUD_PROFILES`; see
+    the module docstring); ``burst_size`` sets the ``aks`` profile's burst (default
+    :data:`AKS_BURST_SIZE`)."""
+    if cloud_profile == "fake":
+        if burst_size is not None:
+            raise ValueError(
+                "burst_size applies to the aks cloud profile; the fake profile's bursts are "
+                "drawn from the seed (50-200 requests each)"
+            )
+        return BURST_VMS
+    if cloud_profile == "aks":
+        size = AKS_BURST_SIZE if burst_size is None else burst_size
+        if type(size) is not int or size < 1:
+            raise ValueError(f"burst_size must be a whole number of requests >= 1, got {size!r}")
+        return Scenario(
+            name="burst-vms",
+            summary=f"one burst of {size} VM requests over 4 templates against AKS timings "
+            "and ARM's write budget, with quota, capacity and lost-result faults",
+            build=partial(_build_aks, burst_size=size),
+        )
+    raise ValueError(
+        f"unknown cloud profile {cloud_profile!r}; choose one of: {', '.join(CLOUD_PROFILES)}"
+    )

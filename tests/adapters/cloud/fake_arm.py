@@ -234,7 +234,7 @@ class FakeArmServer:
         self._quota: int | None = None
         self._async_failures: dict[str, dict[str, str]] = {}
         self._lost: set[str] = set()
-        self._throttles: list[float] = []
+        self._throttles: list[float | None] = []  # None: a create let through
         self._drops = 0
         self._late_failures: list[tuple[int, str, str]] = []
         self._broken_polls = 0
@@ -336,10 +336,11 @@ class FakeArmServer:
         with self._cond:
             self._broken_polls += count
 
-    def throttle(self, *, retry_after: float, count: int = 1) -> None:
-        """Answer the next ``count`` creates with 429 ``TooManyRequests`` and ``Retry-After``."""
+    def throttle(self, *, retry_after: float, count: int = 1, after: int = 0) -> None:
+        """Answer ``count`` creates with 429 ``TooManyRequests`` and ``Retry-After``: the next
+        ones, or those after the next ``after`` (which are served)."""
         with self._cond:
-            self._throttles.extend([retry_after] * count)
+            self._throttles.extend([None] * after + [retry_after] * count)
 
     def refuse_machine(
         self,
@@ -512,8 +513,8 @@ class FakeArmServer:
                 release_at, timeout = self._gate
                 self._cond.wait_for(lambda: self._in_flight >= release_at, timeout=timeout)
             try:
-                if self._throttles:
-                    retry_after = self._throttles.pop(0)
+                retry_after = self._throttles.pop(0) if self._throttles else None
+                if retry_after is not None:
                     return _error(
                         429,
                         "TooManyRequests",

@@ -153,6 +153,23 @@ class TestBatchPut:
         assert counts == [50, 50, 20]
         assert set(result.created) == set(names)
 
+    def test_a_later_put_refused_as_a_whole_fails_only_its_machines_and_the_unsent(
+        self, aks_client: ContainerServiceClient, fake_arm: FakeArmServer
+    ) -> None:
+        """PUTs of 2, 2 and 1: the second gets a 429. The first's machines exist, so nothing
+        is raised (that would say none was made): the second's and the third's machines fail
+        with the 429, and the third PUT, which would meet it again, is not sent."""
+        cloud = _cloud(aks_client, max_batch_machines=2)
+        fake_arm.throttle(retry_after=9, after=1)
+
+        result = cloud.create_batch(batch("m-1", "m-2", "m-3", "m-4", "m-5"))
+
+        assert len(fake_arm.puts()) == 2
+        assert set(result.created) == {"m-1", "m-2"}
+        assert set(result.failed) == {"m-3", "m-4", "m-5"}
+        assert all(isinstance(e, Throttled) for e in result.failed.values())
+        assert {e.retry_after for e in result.failed.values()} == {9}
+
 
 @pytest.fixture
 def paged_arm() -> Iterator[FakeArmServer]:

@@ -13,9 +13,11 @@ from fleetledger.adapters.cloud import (
     FakeCloud,
     ProgressNote,
     QuotaExceeded,
+    Throttled,
     UnknownCloudError,
     batch_put_machine_header,
 )
+from fleetledger.adapters.cloud.throttling import ARM_SUBSCRIPTION_WRITES, BucketLimits
 
 from .support import EPOCH, batch
 
@@ -44,6 +46,75 @@ class TestLatency:
         assert cloud.read_machine("m-1").status == "creating"
         clock.advance(90)
         assert cloud.read_machine("m-1").status == "succeeded"
+
+    def test_varied_latency_is_drawn_per_call_within_its_range(self) -> None:
+        """Each call's machines take one draw from the range (a batch's operation), and the
+        same seed gives the same draws."""
+
+        def latencies(seed: int) -> list[float]:
+            clock = ManualClock(EPOCH)
+            cloud = FakeCloud(clock=clock, latency=1.0)
+            cloud.vary_latency(60, 120, seed=seed)
+            taken = []
+            for n in range(5):
+                before = clock.now()
+                cloud.create_batch(batch(f"m-{n}-a", f"m-{n}-b"))
+                taken.append((clock.now() - before).total_seconds())
+            return taken
+
+        first = latencies(7)
+
+        assert all(60 <= t <= 120 for t in first)
+        assert len(set(first)) == 5
+        assert latencies(7) == first
+        assert latencies(8) != first
+
+    def test_a_latency_range_must_be_ordered(self) -> None:
+        with pytest.raises(ValueError, match="low <= high"):
+            FakeCloud().vary_latency(120, 60, seed=1)
+
+
+class TestWriteBudget:
+    def test_calls_beyond_the_bucket_are_refused_with_a_whole_second_retry_after(self) -> None:
+        """Two writes in the bucket, one a second: the third call at once is refused as ARM
+        refuses it (429, Retry-After in whole seconds) and creates nothing."""
+        clock = ManualClock(EPOCH)
+        cloud = FakeCloud(clock=clock)
+        cloud.limit_writes(BucketLimits(2, 1.0))
+        cloud.create_batch(batch("m-1"))
+        cloud.create_batch(batch("m-2"))
+
+        with pytest.raises(Throttled) as refused:
+            cloud.create_batch(batch("m-3"))
+
+        assert refused.value.retry_after == 1.0
+        assert refused.value.provider_code == "SubscriptionRequestsThrottled"
+        assert cloud.creations == ("m-1", "m-2")
+        assert cloud.write_refusals == 1
+        clock.advance(1)
+        assert set(cloud.create_batch(batch("m-3")).created) == {"m-3"}
+
+    def test_a_call_costs_one_write_per_machines_per_write(self) -> None:
+        """120 machines at 50 a write cost 3 writes: a bucket of 4 takes one such call, and
+        refuses the next."""
+        cloud = FakeCloud(clock=ManualClock(EPOCH))
+        cloud.limit_writes(BucketLimits(4, 1.0), machines_per_write=50)
+
+        cloud.create_batch(batch(*(f"a-{n}" for n in range(120))))
+
+        with pytest.raises(Throttled):
+            cloud.create_batch(batch(*(f"b-{n}" for n in range(120))))
+
+    def test_the_bucket_may_start_part_spent(self) -> None:
+        """Other writers share the subscription's budget: the fake may start with less."""
+        cloud = FakeCloud(clock=ManualClock(EPOCH))
+        cloud.limit_writes(ARM_SUBSCRIPTION_WRITES, available=1)
+        cloud.create_batch(batch("m-1"))
+
+        with pytest.raises(Throttled) as refused:
+            cloud.create_batch(batch("m-2"))
+
+        assert refused.value.retry_after == 1.0  # a token at 10 a second, rounded up
 
 
 class TestScripts:

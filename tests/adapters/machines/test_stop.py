@@ -15,7 +15,7 @@ from fleetledger.adapters.cloud import (
     MachineObservation,
     ProgressCallback,
 )
-from fleetledger.adapters.machines import MachinesRuntime, RuntimeStopped
+from fleetledger.adapters.machines import CoordinatorOptions, MachinesRuntime, RuntimeStopped
 from fleetledger.eventstore import open_store
 
 from .support import CONFIG, request
@@ -51,7 +51,11 @@ class TestStop:
         cloud = StuckCloud()
         with contextlib.closing(open_store(sqlite_url)) as store:
             runtime = MachinesRuntime(
-                store, cloud, clock=SystemClock(), config=CONFIG, max_concurrent_batches=1
+                store,
+                cloud,
+                clock=SystemClock(),
+                config=CONFIG,
+                coordinator_options=CoordinatorOptions(max_concurrent_batches=1),
             ).start()
             stuck = runtime.machines.enqueue(request(1, skip_batching=True))
             assert cloud.entered.wait(10)
