@@ -6,9 +6,19 @@ from __future__ import annotations
 import argparse
 
 from fleetledger.adapters.cli.common import print_json
-from fleetledger.adapters.cli.options import Subcommands, add_json, add_url
+from fleetledger.adapters.cli.options import Subcommands, add_json, add_url, database_url
+from fleetledger.eventstore._engine import DATABASE_URL_ENV
 
-__all__ = ["grouper", "nodes", "placement", "register", "reliability", "serve", "store"]
+__all__ = [
+    "extender",
+    "grouper",
+    "nodes",
+    "placement",
+    "register",
+    "reliability",
+    "serve",
+    "store",
+]
 
 
 def register(commands: Subcommands) -> None:
@@ -24,6 +34,46 @@ def register(commands: Subcommands) -> None:
     _add_nodes(bench_commands)
     _add_placement(bench_commands)
     _add_reliability(bench_commands)
+    _add_extender(bench_commands)
+
+
+def _add_extender(bench_commands: Subcommands) -> None:
+    parser = bench_commands.add_parser(
+        "extender",
+        help="scheduler-extender filter/preempt calls per second through a real "
+        "`fleetledger extender` on loopback",
+    )
+    parser.add_argument(
+        "--url",
+        type=database_url,
+        help="database server to make the scratch database on (default: "
+        f"${DATABASE_URL_ENV}, else the Postgres at 127.0.0.1:5432; sqlite:///FILE measures "
+        "SQLite)",
+    )
+    parser.add_argument("--nodes", type=int, default=16, help="testbed nodes (default 16)")
+    parser.add_argument("--slots", type=int, default=4, help="slots per node (default 4)")
+    parser.add_argument("--clients", type=int, default=32, help="concurrent callers (default 32)")
+    parser.add_argument(
+        "--seconds", type=float, default=10.0, help="timed seconds of each phase (default 10)"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=2.0, help="warm-up seconds of each phase (default 2)"
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=2000.0,
+        help="calls per second offered in the latency phase (default 2000, the target)",
+    )
+    parser.add_argument(
+        "--mix",
+        default="80:10:10",
+        metavar="REASK:FIRST:PREEMPT",
+        help="shares of re-asked filters, first filters and preemptions (default 80:10:10)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    add_json(parser)
+    parser.set_defaults(run=extender)
 
 
 def _add_nodes(bench_commands: Subcommands) -> None:
@@ -153,6 +203,27 @@ def serve(args: argparse.Namespace) -> int:
     from fleetledger.adapters.benchmarks.serve import run_serve_bench
 
     report = run_serve_bench(args.url, clients=args.clients, requests=args.requests)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0
+
+
+def extender(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.extender import Mix, run_extender_bench
+
+    report = run_extender_bench(
+        args.url,
+        nodes=args.nodes,
+        slots=args.slots,
+        clients=args.clients,
+        seconds=args.seconds,
+        warmup=args.warmup,
+        rate=args.rate,
+        mix=Mix.parse(args.mix),
+        seed=args.seed,
+    )
     if args.json:
         print_json(report.to_dict())
     else:

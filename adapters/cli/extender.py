@@ -1,17 +1,40 @@
-"""``fleetledger extender``: the kube-scheduler extender for slot testbeds, on its own port."""
+"""``fleetledger extender``: the kube-scheduler extender for slot testbeds, on its own.
+
+It answers from the testbeds' streams as this process folds them and appends reservations with
+expected versions, so any number of extenders (and ``serve --extender-port`` processes) may serve
+schedulers from one database; the ghost pods and the jobs' applications are the leader's work
+(``serve``). The app and its edge rules are the ones ``serve --extender-port`` runs
+(:func:`~fleetledger.adapters.extender.server.create_extender_app`).
+
+The kube-scheduler calls it as configured in its ``KubeSchedulerConfiguration``::
+
+    extenders:
+      - urlPrefix: "http://127.0.0.1:8081"
+        filterVerb: filter
+        preemptVerb: preempt
+        nodeCacheCapable: true       # either form is understood
+        httpTimeout: 5s
+        enableHTTPS: false
+
+The scheduler's extender client sends no ``Authorization`` header (its only credentials are
+``tlsConfig`` client certificates). So either keep the extender on loopback beside the scheduler
+(the default), or require extender tokens (``--extender-token`` /
+``FLEETLEDGER_EXTENDER_TOKENS``, never the API's) and put a proxy between them — a sidecar that
+accepts the scheduler's mutual TLS and adds ``Authorization: Bearer <token>``. A listener beyond
+loopback without tokens is refused unless ``--insecure-no-auth`` says so.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-import structlog
-
-from fleetledger.adapters.cli.options import Subcommands, add_url
+from fleetledger.adapters.cli.common import EXIT_ERROR, EXIT_USAGE
+from fleetledger.adapters.cli.options import Subcommands, add_url, port_number
+from fleetledger.adapters.cli.serve import ExtenderListener, GracefulServers, bind_listener
 from fleetledger.eventstore import open_store
 
 __all__ = ["register", "run"]
-
-log = structlog.get_logger("cli")
 
 
 def register(commands: Subcommands) -> None:
@@ -20,22 +43,72 @@ def register(commands: Subcommands) -> None:
         help="the kube-scheduler extender (filter, preempt) for slot testbeds, on its own port",
     )
     add_url(parser)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8081)
+    parser.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
+    parser.add_argument("--port", type=port_number, default=8081, help="default 8081")
+    parser.add_argument(
+        "--extender-token",
+        action="append",
+        metavar="TOKEN",
+        help="a bearer token the extender accepts (repeatable). Default: "
+        "FLEETLEDGER_EXTENDER_TOKENS, comma-separated. The kube-scheduler sends none: use them "
+        "behind a proxy that adds one",
+    )
+    parser.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve without tokens on a non-loopback address (anyone who reaches the port can "
+        "reserve slots)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=1024 * 1024,
+        metavar="BYTES",
+        help="larger request bodies get 413 (default 1 MiB)",
+    )
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM, how long to finish the calls in flight (default 10); a second SIGTERM "
+        "exits at once",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from fleetledger.adapters.clock import SystemClock
-    from fleetledger.adapters.extender.server import create_extender_app
+    from fleetledger.adapters.http.limits import checked_max_body_bytes
     from fleetledger.adapters.testbeds.service import TestbedsService
 
-    with open_store(args.url) as store:
-        # Answers come from the testbeds' streams as this process folds them; reservations are
-        # appended with expected versions, so any number of extenders may serve one scheduler.
-        service = TestbedsService(store, clock=SystemClock())
-        log.info("serving the scheduler extender", url=f"http://{args.host}:{args.port}")
-        uvicorn.run(create_extender_app(service), host=args.host, port=args.port, log_config=None)
+    try:
+        settings = ExtenderListener.from_options(
+            args.host, args.port, args.extender_token, allow_open=args.insecure_no_auth
+        )
+        max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
+        if args.grace_seconds < 0:
+            raise ValueError(f"--grace-seconds must be >= 0, got {args.grace_seconds}")
+    except ValueError as e:
+        print(f"fleetledger: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        listener = bind_listener(args.host, args.port)
+    except OSError as e:
+        print(
+            f"fleetledger: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}; "
+            "choose another --port or stop the process using it",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    try:
+        with open_store(args.url) as store:
+            service = TestbedsService(store, clock=SystemClock())
+            config = settings.uvicorn_config(
+                service, max_body_bytes=max_body_bytes, grace=max(1, int(args.grace_seconds))
+            )
+            settings.announce(listener)
+            GracefulServers([config]).run([listener])
+    finally:
+        listener.close()
     return 0

@@ -1,5 +1,9 @@
 """``fleetledger serve``: the HTTP API with the machines runtime, and beside it the other
-capabilities' runtimes, on one lease.
+capabilities' runtimes, on one lease; with ``--extender-port``, the kube-scheduler extender on a
+listener of its own in the same process.
+
+Both listeners are bound before anything else starts (a taken port fails the command at once) and
+served by one event loop; the first SIGTERM stops both gracefully, a second exits at once.
 
 The web server, the cloud adapters and the runtimes are imported only when the command runs.
 """
@@ -7,10 +11,15 @@ The web server, the cloud adapters and the runtimes are imported only when the c
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import os
+import re
 import signal
 import socket
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +32,7 @@ from fleetledger.adapters.cli.serve_capabilities import build_capabilities
 from fleetledger.eventstore import open_store
 from fleetledger.eventstore._engine import resolve_url
 
-__all__ = ["register", "run"]
+__all__ = ["ExtenderListener", "GracefulServers", "bind_listener", "register", "run"]
 
 log = structlog.get_logger("cli")
 
@@ -43,6 +52,27 @@ def register(commands: Subcommands) -> None:
     parser.add_argument("--idle-timeout", type=float, default=0.5, metavar="SECONDS")
     parser.add_argument("--max-timeout", type=float, default=5.0, metavar="SECONDS")
     parser.add_argument("--max-batch-size", type=int, default=50)
+    parser.add_argument(
+        "--max-concurrent-batches",
+        type=int,
+        metavar="BATCHES",
+        help="batches executed at once, at most (default: $FLEETLEDGER_MAX_CONCURRENT_BATCHES, "
+        "else 1200: the cloud's write budget, not this ceiling, paces them)",
+    )
+    parser.add_argument(
+        "--write-rate",
+        type=float,
+        metavar="WRITES_PER_SECOND",
+        help="refill rate of the cloud write budget (default: $FLEETLEDGER_WRITE_RATE, else the "
+        "cloud's documented one: 10/s for aks, 500/min for azure-vm, none for fake)",
+    )
+    parser.add_argument(
+        "--write-burst",
+        type=int,
+        metavar="WRITES",
+        help="writes the budget allows at once (default: $FLEETLEDGER_WRITE_BURST, else 200, "
+        "ARM's per-subscription write bucket)",
+    )
     parser.add_argument(
         "--fake-latency", type=float, default=2.0, metavar="SECONDS", help="fake cloud's latency"
     )
@@ -125,13 +155,38 @@ def register(commands: Subcommands) -> None:
         help="with --anchor-file: anchor this often (default 300), once elected and at stop",
     )
     add_key_options(parser, ed25519_help="with --anchor-file: sign with this Ed25519 private key")
+    parser.add_argument(
+        "--testbeds-namespace",
+        default="default",
+        metavar="NAMESPACE",
+        help="where the testbeds' jobs run their applications (default: default)",
+    )
+    parser.add_argument(
+        "--extender-port",
+        type=port_number,
+        metavar="PORT",
+        help="also serve the kube-scheduler extender (POST /filter, /preempt) on this port, "
+        "on a listener of its own (default: no extender)",
+    )
+    parser.add_argument(
+        "--extender-host",
+        metavar="HOST",
+        help="with --extender-port: the extender's address (default 127.0.0.1, beside the "
+        "scheduler); elsewhere it needs extender tokens or --insecure-no-auth",
+    )
+    parser.add_argument(
+        "--extender-token",
+        action="append",
+        metavar="TOKEN",
+        help="with --extender-port: a bearer token the extender accepts (repeatable); not the "
+        "API's. Default: FLEETLEDGER_EXTENDER_TOKENS, comma-separated. The kube-scheduler sends "
+        "none: use them behind a proxy that adds one",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from datetime import timedelta
-
-    import uvicorn
 
     from fleetledger.adapters.clock import SystemClock
     from fleetledger.adapters.http import ApiTokens, create_app
@@ -139,7 +194,6 @@ def run(args: argparse.Namespace) -> int:
     from fleetledger.adapters.http.limits import checked_max_body_bytes
     from fleetledger.adapters.machines import (
         CloudNotConfigured,
-        CoordinatorOptions,
         MachinesRuntime,
         build_cloud,
     )
@@ -160,30 +214,36 @@ def run(args: argparse.Namespace) -> int:
             fake_latency=args.fake_latency,
             fake_state=args.fake_cloud_file,
         )
+        coordinator_options = choice.coordinator_options(
+            write_rate=args.write_rate,
+            write_burst=args.write_burst,
+            max_concurrent_batches=args.max_concurrent_batches,
+        )
         lease = lease_for(resolve_url(args.url), lease_seconds=args.lease_seconds)
         tokens = ApiTokens(args.api_token) if args.api_token else ApiTokens.from_env()
         check_exposure(args.host, tokens, allow_open=args.insecure_no_auth)
         max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
+        extender = _extender_settings(args)
+        namespace = _namespace(args.testbeds_namespace)
         subnets = [_subnet(spec) for spec in args.subnet]
         pools = [_pool(spec) for spec in args.pool]
         anchor_signer = _serve_anchor_signer(args)
     except (CloudNotConfigured, InvalidCommand, ValueError) as e:
         print(f"fleetledger: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        listener = _serve_bind(args.host, args.port)
-    except OSError as e:
+    binding = _bind_all(
+        [(args.host, args.port, "--port")]
+        + ([] if extender is None else [(extender.host, extender.port, "--extender-port")])
+    )
+    if isinstance(binding, str):
         choice.close()
-        print(
-            f"fleetledger: error: cannot listen on {args.host}:{args.port}: {e.strerror or e}; "
-            "choose another --port or stop the process using it",
-            file=sys.stderr,
-        )
+        print(f"fleetledger: error: {binding}", file=sys.stderr)
         return EXIT_ERROR
     try:
         store = open_store(args.url)
     except BaseException:
-        listener.close()
+        for listener in binding:
+            listener.close()
         choice.close()
         raise
     try:
@@ -196,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
             clock=clock,
             config=config,
             grouper_name=args.grouper,
-            coordinator_options=CoordinatorOptions(dispatch_mode=choice.dispatch_mode),
+            coordinator_options=coordinator_options,
             leadership=leadership,
             stop_timeout=args.grace_seconds,
         )
@@ -212,34 +272,72 @@ def run(args: argparse.Namespace) -> int:
             auth=f"{len(tokens)} bearer token(s)" if tokens else "none (open API)",
         )
         capabilities = build_capabilities(
-            store, leadership, clock, runtime, subnets=subnets, pools=pools, cluster=args.cluster
+            store,
+            leadership,
+            clock,
+            runtime,
+            subnets=subnets,
+            pools=pools,
+            cluster=args.cluster,
+            testbeds_namespace=namespace,
         )
         if anchoring is not None:
             # First among the companions, so stopped last: its stop-time anchor follows the
             # other runtimes' last appends, while this process still leads.
             capabilities.runtimes.insert(0, anchoring)
-        server = _GracefulServer(
-            uvicorn.Config(
-                create_app(
-                    runtime,
-                    manage_runtime=True,
-                    api_tokens=tokens,
-                    max_body_bytes=max_body_bytes,
-                    routers=capabilities.routers,
-                    companions=capabilities.runtimes,
-                ),
-                host=args.host,
-                port=args.port,
-                timeout_graceful_shutdown=max(1, int(args.grace_seconds)),
-                log_config=None,
-            )
+        configs = _server_configs(
+            args,
+            create_app(
+                runtime,
+                manage_runtime=True,
+                api_tokens=tokens,
+                max_body_bytes=max_body_bytes,
+                routers=capabilities.routers,
+                companions=capabilities.runtimes,
+            ),
+            extender,
+            capabilities.testbeds.service,
+            binding,
+            max_body_bytes=max_body_bytes,
         )
-        server.run(listener)
+        GracefulServers(configs).run(binding)
     finally:
-        listener.close()
+        for listener in binding:
+            listener.close()
         store.close()
         choice.close()
     return 0
+
+
+def _server_configs(
+    args: argparse.Namespace,
+    api: Any,
+    extender: Any,
+    testbeds: Any,
+    listeners: list[socket.socket],
+    *,
+    max_body_bytes: int,
+) -> list[Any]:
+    """uvicorn's configuration of the API's server and, with ``--extender-port``, the
+    extender's over the testbeds service (announced on its listener)."""
+    import uvicorn
+
+    grace = max(1, int(args.grace_seconds))
+    configs = [
+        uvicorn.Config(
+            api,
+            host=args.host,
+            port=args.port,
+            timeout_graceful_shutdown=grace,
+            log_config=None,
+        )
+    ]
+    if extender is not None:
+        configs.append(
+            extender.uvicorn_config(testbeds, max_body_bytes=max_body_bytes, grace=grace)
+        )
+        extender.announce(listeners[1])
+    return configs
 
 
 def _serve_anchor_signer(args: argparse.Namespace) -> Any:
@@ -276,7 +374,7 @@ def _serve_anchoring(
     )
 
 
-def _serve_bind(host: str, port: int) -> socket.socket:
+def bind_listener(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything starts: a taken port fails the command
     before the runtime takes the lease or touches the cloud."""
     family, kind, proto, _, address = socket.getaddrinfo(
@@ -291,6 +389,102 @@ def _serve_bind(host: str, port: int) -> socket.socket:
         listener.close()
         raise
     return listener
+
+
+def _bind_all(specs: list[tuple[str, int, str]]) -> list[socket.socket] | str:
+    """Every ``(host, port, flag)`` bound, or (all closed again) the line saying which not."""
+    bound: list[socket.socket] = []
+    for host, port, flag in specs:
+        try:
+            bound.append(bind_listener(host, port))
+        except OSError as e:
+            for listener in bound:
+                listener.close()
+            return (
+                f"cannot listen on {host}:{port}: {e.strerror or e}; choose another {flag} or "
+                "stop the process using it"
+            )
+    return bound
+
+
+def _extender_settings(args: argparse.Namespace) -> Any:
+    """The extender's listener settings, or None without ``--extender-port``; ValueError for
+    extender options given without it, or an open extender beyond loopback."""
+    if args.extender_port is None:
+        if args.extender_host is not None or args.extender_token:
+            raise ValueError(
+                "--extender-host and --extender-token configure the extender: give "
+                "--extender-port too"
+            )
+        return None
+    if args.extender_port == args.port and args.port != 0:
+        raise ValueError(
+            f"--extender-port {args.port} is the API's --port: the extender needs a port of its own"
+        )
+    return ExtenderListener.from_options(
+        args.extender_host or "127.0.0.1",
+        args.extender_port,
+        args.extender_token,
+        allow_open=args.insecure_no_auth,
+    )
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _namespace(name: str) -> str:
+    if _DNS_LABEL.match(name) is None:
+        raise ValueError(
+            f"--testbeds-namespace must be a Kubernetes namespace name (lower-case letters, "
+            f"digits and '-', at most 63), not {name!r}"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderListener:
+    """Where the extender listens and the tokens it requires (``None``: open)."""
+
+    host: str
+    port: int
+    tokens: Any
+
+    @classmethod
+    def from_options(
+        cls, host: str, port: int, given_tokens: list[str] | None, *, allow_open: bool
+    ) -> ExtenderListener:
+        """Validated settings; ``ValueError`` for an unusable token or an open listener beyond
+        loopback without ``allow_open``."""
+        from fleetledger.adapters.extender.server import check_extender_exposure, extender_tokens
+
+        if not host.strip():
+            raise ValueError("the extender's host is empty; give an address such as 127.0.0.1")
+        tokens = extender_tokens(given_tokens)
+        check_extender_exposure(host, tokens, allow_open=allow_open)
+        return cls(host, port, tokens)
+
+    def uvicorn_config(self, service: Any, *, max_body_bytes: int, grace: int) -> Any:
+        """The extender's server over ``service`` (a ``TestbedsService``)."""
+        import uvicorn
+
+        from fleetledger.adapters.extender.server import create_extender_app
+
+        return uvicorn.Config(
+            create_extender_app(service, tokens=self.tokens, max_body_bytes=max_body_bytes),
+            host=self.host,
+            port=self.port,
+            timeout_graceful_shutdown=grace,
+            log_config=None,
+        )
+
+    def announce(self, listener: socket.socket) -> None:
+        """Log where the extender answers (the bound port, when 0 was asked for)."""
+        port = listener.getsockname()[1]
+        log.info(
+            "serving the scheduler extender",
+            url=f"http://{self.host}:{port}",
+            auth=f"{len(self.tokens)} bearer token(s)" if self.tokens else "none (open)",
+        )
 
 
 def _subnet(spec: str) -> tuple[str, int]:
@@ -319,38 +513,78 @@ def _pool(spec: str) -> Any:
     )
 
 
-class _GracefulServer:
-    """uvicorn's server, where a second SIGTERM or Ctrl-C exits at once.
+class GracefulServers:
+    """uvicorn servers on one event loop, each on its own listener; the first signal stops them
+    all gracefully, a second SIGTERM or Ctrl-C exits at once.
 
-    The first signal is uvicorn's graceful shutdown: stop accepting, finish the requests in
-    flight, then the app's shutdown stops the runtime (seal, finish cloud calls within the grace
-    period, answer waiting callers, release the lease). An operator who sends another signal
-    wants out now; the log keeps everything acknowledged, and the next leader resumes it.
+    The first server takes the signals (the others install no handlers of their own). The first
+    signal is uvicorn's graceful shutdown of every server: stop accepting, finish the requests in
+    flight, then each app's shutdown (the API's stops the runtimes: seal, finish cloud calls
+    within the grace period, answer waiting callers, release the lease). An operator who sends
+    another signal wants out now; the log keeps everything acknowledged, and the next leader
+    resumes it.
     """
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, configs: list[Any]) -> None:
         import uvicorn
 
+        if not configs:
+            raise ValueError("GracefulServers needs at least one server")
         outer = self
+        self._signals: list[int] = []
 
-        class Server(uvicorn.Server):
+        class Primary(uvicorn.Server):
             def handle_exit(self, sig: int, frame: Any) -> None:
                 if self.should_exit:
                     outer.exit_now(sig)
+                outer._signals.append(sig)
                 super().handle_exit(sig, frame)
+                outer.stop()
 
-        self._server = Server(config)
+        class Companion(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield  # the primary server's handlers stop every server
+
+        self._loop_factory = configs[0].get_loop_factory()
+        self._servers: list[Any] = [Primary(configs[0]), *(Companion(c) for c in configs[1:])]
+
+    def stop(self) -> None:
+        """Ask every server to shut down gracefully."""
+        for server in self._servers:
+            server.should_exit = True
 
     def exit_now(self, sig: int) -> None:
         log.warning("second signal: exiting at once; the next leader resumes the work", signal=sig)
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
 
-    def run(self, listener: socket.socket) -> None:
+    def run(self, listeners: list[socket.socket]) -> None:
+        """Serve until a signal (or a server ending by itself) stops them all. A SIGTERM that
+        was handled gracefully is a clean return; a Ctrl-C is a ``KeyboardInterrupt`` after it."""
+        if len(listeners) != len(self._servers):
+            raise ValueError(f"{len(self._servers)} servers need as many listeners")
         # uvicorn re-raises the signal it stopped on once it has shut down, to end the process
-        # the default way; a SIGTERM that was handled gracefully is a clean exit (status 0).
-        previous = signal.signal(signal.SIGTERM, lambda *_: None)
+        # the default way; here the remaining servers may still be finishing, so the re-raised
+        # signal is ignored and reported once all are done.
+        quiet = {
+            sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
         try:
-            self._server.run(sockets=[listener])
+            with asyncio.Runner(loop_factory=self._loop_factory) as runner:
+                runner.run(self._serve(listeners))
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in quiet.items():
+                signal.signal(sig, handler)
+        if signal.SIGINT in self._signals:
+            raise KeyboardInterrupt
+
+    async def _serve(self, listeners: list[socket.socket]) -> None:
+        tasks = [
+            asyncio.create_task(server.serve(sockets=[listener]))
+            for server, listener in zip(self._servers, listeners, strict=True)
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        # One ended by itself (its app failed to start): the process stops as a whole.
+        self.stop()
+        await asyncio.gather(*tasks)

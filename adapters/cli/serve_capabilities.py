@@ -1,5 +1,11 @@
-"""What ``serve`` runs beside the machines API: node accounting, subnets and, given worker
-pools, placement — their runtimes and HTTP routers, on the process's leadership."""
+"""What ``serve`` runs beside the machines API: node accounting, subnets, slot testbeds and,
+given worker pools, placement — their runtimes and HTTP routers, on the process's leadership.
+
+Node accounting and the testbeds read one cluster gateway (``--cluster``): an empty fake cluster,
+or the Kubernetes API, where the testbeds' jobs run as Spark or Flink applications in the
+testbeds' namespace. Every runtime follows the one leadership: only the elected process
+reconciles ghost pods or creates applications; every process answers reads (and the extender,
+whose reservations are appended with expected versions, not as duties)."""
 
 from __future__ import annotations
 
@@ -11,10 +17,14 @@ __all__ = ["Capabilities", "build_capabilities"]
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """The runtimes ``serve`` starts beside the machines runtime, and the routers it mounts."""
+    """The runtimes ``serve`` starts beside the machines runtime, and the routers it mounts;
+    the cluster gateway they share, and the testbeds runtime (whose service the extender
+    answers from)."""
 
     runtimes: list[Any]
     routers: list[Any]
+    cluster: Any
+    testbeds: Any
 
 
 def build_capabilities(
@@ -26,13 +36,16 @@ def build_capabilities(
     subnets: list[tuple[str, int]],
     pools: list[Any],
     cluster: str,
+    testbeds_namespace: str = "default",
 ) -> Capabilities:
     """The runtimes and routes served beside the machines API, on the process's leadership."""
     from fleetledger.adapters.heap import FrozenStartupHeap
     from fleetledger.adapters.http.agents import agents_router
     from fleetledger.adapters.http.subnets import subnets_router
+    from fleetledger.adapters.http.testbeds import testbeds_router
     from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
     from fleetledger.adapters.nodes import NodesRuntime
+    from fleetledger.adapters.testbeds import TestbedsRuntime
 
     allocator = InMemoryAllocator()
     for subnet_id, capacity in subnets:
@@ -40,11 +53,21 @@ def build_capabilities(
     ipam = IpamRuntime(
         store, allocator, clock=clock, leadership=leadership, manage_leadership=False
     )
+    gateway, applications = _cluster(cluster, testbeds_namespace)
     nodes = NodesRuntime(
-        store, _cluster(cluster), clock=clock, leadership=leadership, manage_leadership=False
+        store, gateway, clock=clock, leadership=leadership, manage_leadership=False
     )
-    runtimes: list[Any] = [nodes, ipam, _ConfiguredSubnets(ipam, subnets)]
-    routers: list[Any] = [agents_router(nodes), subnets_router(ipam)]
+    testbeds = TestbedsRuntime(
+        store,
+        gateway,
+        applications,
+        clock=clock,
+        leadership=leadership,
+        manage_leadership=False,
+        namespace=testbeds_namespace,
+    )
+    runtimes: list[Any] = [nodes, ipam, _ConfiguredSubnets(ipam, subnets), testbeds]
+    routers: list[Any] = [agents_router(nodes), subnets_router(ipam), testbeds_router(testbeds)]
     if pools:
         from fleetledger.adapters.http.workloads import workloads_router
         from fleetledger.adapters.placement import PlacementRuntime
@@ -57,24 +80,31 @@ def build_capabilities(
         routers.append(workloads_router(placement))
     # Last, so that it freezes what every runtime loaded at start-up.
     runtimes.append(FrozenStartupHeap())
-    return Capabilities(runtimes=runtimes, routers=routers)
+    return Capabilities(runtimes=runtimes, routers=routers, cluster=gateway, testbeds=testbeds)
 
 
-def _cluster(kind: str) -> Any:
+def _cluster(kind: str, namespace: str) -> tuple[Any, Any]:
+    """The cluster gateway and the application operators on it."""
     if kind == "fake":
         from fleetledger.adapters.cluster import FakeCluster
+        from fleetledger.adapters.testbeds import FakeApplications
 
-        return FakeCluster()
+        fake = FakeCluster()
+        return fake, FakeApplications(fake)
     from kubernetes import client, config
 
-    from fleetledger.adapters.kubernetes import KubernetesCluster
+    from fleetledger.adapters.kubernetes import KubernetesApplications, KubernetesCluster
 
     # The kubernetes client is untyped; these only read the service account or ~/.kube/config.
     try:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
-    return KubernetesCluster(client.ApiClient()).start()
+    api_client = client.ApiClient()
+    return (
+        KubernetesCluster(api_client).start(),
+        KubernetesApplications(api_client, namespace=namespace),
+    )
 
 
 @dataclass(frozen=True, slots=True)

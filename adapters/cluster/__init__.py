@@ -2,8 +2,8 @@
 adapter :class:`FakeCluster`.
 
 The port is deliberately generic — nodes with labels and allocatable resources, pods with
-labels, annotations, node, phase and owner — so every capability that counts or places pods
-(testbed ghost pods, node accounting) speaks to Kubernetes through the same four calls.
+labels, annotations, node, phase, owner and priority class — so every capability that counts or
+places pods (testbed ghost pods, node accounting) speaks to Kubernetes through the same calls.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from .port import (
     PodExists,
     PodPhase,
     PodSpec,
+    PriorityClassConflict,
+    StalePod,
     UnknownPod,
+    UnknownPriorityClass,
 )
 
 __all__ = [
@@ -31,5 +34,8 @@ __all__ = [
     "PodExists",
     "PodPhase",
     "PodSpec",
+    "PriorityClassConflict",
+    "StalePod",
     "UnknownPod",
+    "UnknownPriorityClass",
 ]

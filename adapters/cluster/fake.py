@@ -2,9 +2,15 @@
 
 Beyond the port it plays the parts Kubernetes plays for itself: :meth:`FakeCluster.bind` is the
 scheduler placing a pod (refused with :class:`NoRoom` when the node's allocatable resources are
-taken), :meth:`FakeCluster.set_phase` the kubelet reporting a pod's phase. Deletion is immediate
-(no grace period). Pod UIDs are deterministic (``uid-<n>`` in creation order) so a seeded run
-gives the same answers twice.
+taken), :meth:`FakeCluster.set_phase` and :meth:`FakeCluster.evict` the kubelet reporting a pod
+ended, and creating a pod goes through the priority admission plugin: the pod's priority is its
+class's value, and a pod naming a class that does not exist is refused
+(:class:`UnknownPriorityClass`). The two classes every cluster has (``system-cluster-critical``,
+``system-node-critical``) exist from the start; a pod without a class gets priority 0 (no class
+here is the global default). A pod that ended (``Succeeded``/``Failed``) stays listed but no
+longer takes room on its node, as the scheduler counts it. Deletion is immediate (no grace
+period). Pod UIDs are deterministic (``uid-<n>`` in creation order) so a seeded run gives the
+same answers twice.
 """
 
 from __future__ import annotations
@@ -13,22 +19,45 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from .port import Node, NoRoom, Pod, PodExists, PodPhase, PodSpec, UnknownPod
+from .port import (
+    ClusterError,
+    Node,
+    NoRoom,
+    Pod,
+    PodExists,
+    PodPhase,
+    PodSpec,
+    PriorityClassConflict,
+    StalePod,
+    UnknownPod,
+    UnknownPriorityClass,
+)
 
 __all__ = ["FakeCluster"]
+
+# The classes the API server creates itself, and the highest value a user's class may take
+# (scheduling.k8s.io: larger values and the "system-" prefix are reserved).
+_SYSTEM_CLASSES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
+_HIGHEST_USER_PRIORITY = 1_000_000_000
+_ENDED: frozenset[PodPhase] = frozenset({"Succeeded", "Failed"})
 
 
 class FakeCluster:
     """Nodes and pods in memory; thread-safe."""
 
-    def __init__(self, nodes: Sequence[Node] = ()) -> None:
+    def __init__(
+        self, nodes: Sequence[Node] = (), *, priority_classes: Mapping[str, int] | None = None
+    ) -> None:
         self._lock = threading.Lock()
         self._nodes: dict[str, Node] = {n.name: n for n in nodes}
         self._pods: dict[str, Pod] = {}
+        self._classes: dict[str, int] = {**_SYSTEM_CLASSES, **(priority_classes or {})}
         self._created = 0
         self.creations = 0
         """How many pods were created (tests read it to check idempotence)."""
         self.deletions = 0
+        self.class_creations = 0
+        """How many priority classes :meth:`ensure_priority_class` created."""
 
     # -- the port --------------------------------------------------------------------------------
 
@@ -47,6 +76,14 @@ class FakeCluster:
         with self._lock:
             if spec.name in self._pods:
                 raise PodExists(f"pod {spec.name} already exists")
+            priority = 0
+            if spec.priority_class_name is not None:
+                if spec.priority_class_name not in self._classes:
+                    raise UnknownPriorityClass(
+                        f'pods "{spec.name}" is forbidden: no PriorityClass with name '
+                        f"{spec.priority_class_name} was found"
+                    )
+                priority = self._classes[spec.priority_class_name]
             if spec.node is not None:
                 self._check_room(spec.node, spec.cpu_millis, spec.memory_mib)
             self._created += 1
@@ -61,17 +98,39 @@ class FakeCluster:
                 cpu_millis=spec.cpu_millis,
                 memory_mib=spec.memory_mib,
                 scheduler_name=spec.scheduler_name,
-                priority=spec.priority,
+                priority_class_name=spec.priority_class_name,
+                priority=priority,
             )
             self._pods[pod.name] = pod
             self.creations += 1
             return pod
 
-    def delete_pod(self, name: str) -> None:
+    def delete_pod(self, name: str, *, uid: str | None = None) -> None:
         with self._lock:
-            if self._pods.pop(name, None) is None:
+            pod = self._pods.get(name)
+            if pod is None:
                 raise UnknownPod(f"no pod named {name}")
+            if uid is not None and pod.uid != uid:
+                raise StalePod(f"pod {name} is {pod.uid} now, not {uid}; left alone")
+            del self._pods[name]
             self.deletions += 1
+
+    def ensure_priority_class(self, name: str, value: int, *, description: str) -> None:
+        with self._lock:
+            existing = self._classes.get(name)
+            if existing == value:
+                return
+            if existing is not None:
+                raise PriorityClassConflict(
+                    f"priority class {name} exists with value {existing}, not {value}"
+                )
+            if name.startswith("system-") or value > _HIGHEST_USER_PRIORITY:
+                raise ClusterError(
+                    f"priority class {name} ({value}): the system- prefix and values above "
+                    f"{_HIGHEST_USER_PRIORITY} are reserved"
+                )
+            self._classes[name] = value
+            self.class_creations += 1
 
     # -- what Kubernetes does by itself ------------------------------------------------------------
 
@@ -101,12 +160,27 @@ class FakeCluster:
             self._pods[name] = bound
             return bound
 
-    def set_phase(self, name: str, phase: PodPhase) -> None:
+    def set_phase(self, name: str, phase: PodPhase, *, reason: str = "") -> None:
         with self._lock:
             pod = self._pods.get(name)
             if pod is None:
                 raise UnknownPod(f"no pod named {name}")
-            self._pods[name] = replace(pod, phase=phase)
+            self._pods[name] = replace(pod, phase=phase, reason=reason)
+
+    def evict(self, name: str) -> None:
+        """The kubelet evicts the pod (node pressure): it fails with reason ``Evicted`` and
+        stays listed, bound, until someone deletes it."""
+        self.set_phase(name, "Failed", reason="Evicted")
+
+    def delete_priority_class(self, name: str) -> None:
+        """An administrator deletes a priority class (pods that name it keep their priority)."""
+        with self._lock:
+            self._classes.pop(name, None)
+
+    def priority_classes(self) -> dict[str, int]:
+        """The priority classes by name, with their values."""
+        with self._lock:
+            return dict(self._classes)
 
     def free_on(self, node: str) -> tuple[int, int]:
         """CPU millis and memory MiB still requestable on ``node``."""
@@ -117,7 +191,7 @@ class FakeCluster:
         spec = self._nodes.get(node)
         if spec is None:
             return 0, 0
-        placed = [p for p in self._pods.values() if p.node == node]
+        placed = [p for p in self._pods.values() if p.node == node and p.phase not in _ENDED]
         return (
             spec.cpu_millis - sum(p.cpu_millis for p in placed),
             spec.memory_mib - sum(p.memory_mib for p in placed),

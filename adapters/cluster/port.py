@@ -1,12 +1,27 @@
-"""The cluster port: list nodes and pods, create and delete pods.
+"""The cluster port: list nodes and pods, create and delete pods, ensure priority classes.
+
+A pod's priority comes from its PriorityClass only, as on a real cluster: the priority admission
+plugin resolves ``priorityClassName`` to the class's value and refuses a pod that names a class
+that does not exist, or that sets ``spec.priority`` to anything else. So :class:`PodSpec` names a
+class (:meth:`ClusterGateway.ensure_priority_class` makes sure it exists) and :class:`Pod` shows
+the priority the cluster resolved.
+
+Deleting by name alone can hit a newer pod that took the name after the one the caller saw:
+:meth:`ClusterGateway.delete_pod` takes the uid the caller saw as a precondition and refuses
+(:class:`StalePod`) to delete a pod with another.
 
 Exception tree::
 
-    ClusterError            base of everything a cluster adapter raises
-     ├── PodExists          a pod of that name already exists (creating is then a no-op for an
-     │                      idempotent caller: the earlier attempt landed)
-     ├── UnknownPod         no pod of that name (deleting is then a no-op for the same reason)
-     └── NoRoom             the node cannot fit the pod's requests (binding in the fake)
+    ClusterError                 base of everything a cluster adapter raises
+     ├── PodExists               a pod of that name already exists (creating is then a no-op for
+     │                           an idempotent caller: the earlier attempt landed)
+     ├── UnknownPod              no pod of that name (deleting is then a no-op for the same reason)
+     ├── StalePod                a pod of that name exists with another uid than the delete's
+     │                           precondition: a newer pod, left alone
+     ├── UnknownPriorityClass    admission refused the pod: its priority class does not exist
+     ├── PriorityClassConflict   a priority class of that name exists with another value (a
+     │                           class's value cannot change: delete it or choose another name)
+     └── NoRoom                  the node cannot fit the pod's requests (binding in the fake)
 """
 
 from __future__ import annotations
@@ -24,7 +39,10 @@ __all__ = [
     "PodExists",
     "PodPhase",
     "PodSpec",
+    "PriorityClassConflict",
+    "StalePod",
     "UnknownPod",
+    "UnknownPriorityClass",
 ]
 
 PodPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -40,6 +58,18 @@ class PodExists(ClusterError):
 
 class UnknownPod(ClusterError):
     """Raised when a pod of that name does not exist."""
+
+
+class StalePod(ClusterError):
+    """Raised when a delete's uid precondition does not match the pod of that name."""
+
+
+class UnknownPriorityClass(ClusterError):
+    """Raised when a pod names a priority class the cluster does not have; nothing was created."""
+
+
+class PriorityClassConflict(ClusterError):
+    """Raised when a priority class exists under the name with another value."""
 
 
 class NoRoom(ClusterError):
@@ -60,7 +90,8 @@ class Node:
 @dataclass(frozen=True, slots=True)
 class PodSpec:
     """A pod to create. ``node`` binds it at once (a ghost pod is placed by its creator);
-    ``None`` leaves it to the scheduler named ``scheduler_name``."""
+    ``None`` leaves it to the scheduler named ``scheduler_name``. ``priority_class_name`` names
+    the pod's PriorityClass (``None``: the cluster's default priority)."""
 
     name: str
     _: KW_ONLY
@@ -71,13 +102,15 @@ class PodSpec:
     memory_mib: int = 0
     owner: str | None = None
     scheduler_name: str = "default-scheduler"
-    priority: int = 0
+    priority_class_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Pod:
     """A pod as the cluster shows it. ``owner`` names the object that created it (an
-    application, a testbed); ``terminating`` once deletion started."""
+    application, a testbed); ``priority`` is what admission resolved from the pod's class;
+    ``reason`` is the kubelet's word on an ended pod (``"Evicted"``); ``terminating`` once
+    deletion started."""
 
     name: str
     uid: str
@@ -90,7 +123,9 @@ class Pod:
     cpu_millis: int = 0
     memory_mib: int = 0
     scheduler_name: str = "default-scheduler"
+    priority_class_name: str | None = None
     priority: int = 0
+    reason: str = ""
     terminating: bool = False
 
 
@@ -109,6 +144,12 @@ class ClusterGateway(Protocol):
         """Create a pod; :class:`PodExists` if the name is taken."""
         ...
 
-    def delete_pod(self, name: str) -> None:
-        """Delete a pod; :class:`UnknownPod` if there is none of that name."""
+    def delete_pod(self, name: str, *, uid: str | None = None) -> None:
+        """Delete a pod; :class:`UnknownPod` if there is none of that name. With ``uid``, only
+        the pod of that uid: :class:`StalePod` if the name now belongs to another."""
+        ...
+
+    def ensure_priority_class(self, name: str, value: int, *, description: str) -> None:
+        """Make sure the PriorityClass ``name`` exists with ``value`` (created if absent, never
+        the cluster's default); :class:`PriorityClassConflict` if it exists with another value."""
         ...

@@ -12,26 +12,47 @@ nodes inside are ordinary ``core/v1`` objects with camelCase keys.
 ``NodeNames`` and ``NodeNameToMetaVictims`` and must answer ``NodeNames``; otherwise it receives
 whole ``Nodes`` (a ``NodeList``) and ``NodeNameToVictims`` (whole pods) and must answer ``Nodes``.
 Parsing records which form came in, so the answer is encoded in the form the scheduler expects.
+The nodes of the preemption args' map are the scheduler's candidates: it accepts an answer only
+on them, each with at least one victim it found there.
+
+A pod says where it may go in one of two ways (:func:`pod_to_place`):
+
+* this project's annotations, set on the application's pod template:
+  ``fleetledger.io/testbed`` (the testbed's name) and ``fleetledger.io/slot-ids``
+  (comma-separated slot ids);
+* the original operator's labels (seed 05), for pods written for that interface:
+  ``batchjob.tuberlin.de/slots-resource-name`` (the testbed's name) and
+  ``batchjob.tuberlin.de/slots-ids`` — slot ids joined by ``_``, since a label value cannot hold
+  a comma.
 
 Every message is both parsed and encoded, so a fake scheduler can speak to the real extender.
 Nothing here does I/O: bodies are JSON-ready dicts in and out.
 
 Errors::
 
-    WireError      a body does not have the extender v1 shape, or a pod lacks its slot annotations
+    WireError      a body does not have the extender v1 shape, or a pod lacks its slot request;
+                   ``loc`` is the path to the field at fault (as in the API's ``detail[].loc``)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
-from fleetledger.domain.testbeds import SLOT_IDS_ANNOTATION, TESTBED_ANNOTATION, PodToPlace
+from fleetledger.domain.testbeds import (
+    SEED_SLOT_IDS_LABEL,
+    SEED_TESTBED_LABEL,
+    SLOT_IDS_ANNOTATION,
+    TESTBED_ANNOTATION,
+    PodToPlace,
+)
 
 __all__ = [
     "ExtenderPod",
     "FilterArgs",
     "FilterResult",
+    "Loc",
     "MetaVictims",
     "PreemptArgs",
     "PreemptResult",
@@ -47,11 +68,36 @@ __all__ = [
     "pod_to_place",
 ]
 
+
 _Json = dict[str, object]
+Loc: TypeAlias = tuple[str | int, ...]
 
 
 class WireError(ValueError):
-    """A body does not have the extender v1 shape, or a pod lacks what placing it needs."""
+    """A body does not have the extender v1 shape, or a pod lacks what placing it needs.
+
+    ``loc`` is the path of the field at fault from the body's root (``("Pod", "metadata",
+    "name")``), ``reason`` what is wrong with it; the message joins both.
+    """
+
+    def __init__(self, loc: Loc, reason: str) -> None:
+        super().__init__(f"{_render(loc)}: {reason}" if loc else reason)
+        self.loc = loc
+        self.reason = reason
+
+
+def _render(loc: Loc) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif text and "." not in part and "/" not in part:
+            text += f".{part}"
+        elif text:
+            text += f"[{part}]"
+        else:
+            text = part
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +108,7 @@ class ExtenderPod:
     namespace: str
     uid: str
     annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +151,11 @@ class PreemptArgs:
     victims: Mapping[str, MetaVictims]
     node_cache_capable: bool = True
 
+    @property
+    def candidate_nodes(self) -> tuple[str, ...]:
+        """The nodes the scheduler would preempt on: the only ones it accepts in the answer."""
+        return tuple(self.victims)
+
 
 @dataclass(frozen=True, slots=True)
 class PreemptResult:
@@ -115,88 +167,100 @@ class PreemptResult:
 # -- reading helpers -----------------------------------------------------------------------------
 
 
-def _object(raw: object, where: str) -> Mapping[str, object]:
-    if not isinstance(raw, Mapping):
-        raise WireError(f"{where}: expected an object, got {type(raw).__name__}")
+def _kind(raw: object) -> str:
+    return "null" if raw is None else type(raw).__name__
+
+
+def _object(raw: object, loc: Loc) -> Mapping[str, object]:
+    # Parsed JSON gives dicts: checked first, since an ABC check costs ten times as much.
+    if type(raw) is not dict and not isinstance(raw, Mapping):
+        raise WireError(loc, f"expected an object, got {_kind(raw)}")
     return raw
 
 
 def _optional_object(body: Mapping[str, object], key: str) -> Mapping[str, object] | None:
     raw = body.get(key)
-    return None if raw is None else _object(raw, key)
+    return None if raw is None else _object(raw, (key,))
 
 
-def _list(raw: object, where: str) -> list[object]:
+def _list(raw: object, loc: Loc) -> list[object]:
     if not isinstance(raw, list):
-        raise WireError(f"{where}: expected a list, got {type(raw).__name__}")
+        raise WireError(loc, f"expected a list, got {_kind(raw)}")
     return raw
 
 
-def _text(raw: object, where: str) -> str:
+def _text(raw: object, loc: Loc) -> str:
     if not isinstance(raw, str):
-        raise WireError(f"{where}: expected text, got {type(raw).__name__}")
+        raise WireError(loc, f"expected text, got {_kind(raw)}")
     return raw
 
 
-def _text_map(raw: object, where: str) -> dict[str, str]:
+def _text_map(raw: object, loc: Loc) -> dict[str, str]:
     if raw is None:
         return {}
-    return {str(k): _text(v, f"{where}[{k}]") for k, v in _object(raw, where).items()}
+    return {str(k): _text(v, (*loc, str(k))) for k, v in _object(raw, loc).items()}
 
 
-def _parse_pod(raw: object, where: str = "Pod") -> ExtenderPod:
-    metadata = _object(_object(raw, where).get("metadata"), f"{where}.metadata")
+def _parse_pod(raw: object, loc: Loc = ("Pod",)) -> ExtenderPod:
+    metadata = _object(_object(raw, loc).get("metadata"), (*loc, "metadata"))
+    where = (*loc, "metadata")
     return ExtenderPod(
-        name=_text(metadata.get("name"), f"{where}.metadata.name"),
-        namespace=_text(metadata.get("namespace", ""), f"{where}.metadata.namespace"),
-        uid=_text(metadata.get("uid", ""), f"{where}.metadata.uid"),
-        annotations=_text_map(metadata.get("annotations"), f"{where}.metadata.annotations"),
+        name=_text(metadata.get("name"), (*where, "name")),
+        namespace=_text(metadata.get("namespace", ""), (*where, "namespace")),
+        uid=_text(metadata.get("uid", ""), (*where, "uid")),
+        annotations=_text_map(metadata.get("annotations"), (*where, "annotations")),
+        labels=_text_map(metadata.get("labels"), (*where, "labels")),
     )
 
 
 def _encode_pod(pod: ExtenderPod) -> _Json:
     metadata: _Json = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+    if pod.labels:
+        metadata["labels"] = dict(pod.labels)
     if pod.annotations:
         metadata["annotations"] = dict(pod.annotations)
     return {"metadata": metadata}
 
 
-def _node_name(node: Mapping[str, object], where: str) -> str:
-    metadata = _object(node.get("metadata"), f"{where}.metadata")
-    return _text(metadata.get("name"), f"{where}.metadata.name")
+def _node_name(node: Mapping[str, object], loc: Loc) -> str:
+    metadata = _object(node.get("metadata"), (*loc, "metadata"))
+    return _text(metadata.get("name"), (*loc, "metadata", "name"))
 
 
 def _parse_nodes(raw: object) -> tuple[Mapping[str, object], ...]:
-    items = _list(_object(raw, "Nodes").get("items") or [], "Nodes.items")
-    return tuple(_object(item, f"Nodes.items[{i}]") for i, item in enumerate(items))
+    items = _list(_object(raw, ("Nodes",)).get("items") or [], ("Nodes", "items"))
+    return tuple(_object(item, ("Nodes", "items", i)) for i, item in enumerate(items))
 
 
-def _parse_node_names(raw: object, where: str) -> tuple[str, ...]:
-    return tuple(_text(n, f"{where}[{i}]") for i, n in enumerate(_list(raw, where)))
+def _parse_node_names(raw: object, key: str) -> tuple[str, ...]:
+    return tuple(_text(n, (key, i)) for i, n in enumerate(_list(raw, (key,))))
 
 
-def _parse_meta_victims(raw: object, where: str) -> MetaVictims:
-    body = _object(raw, where)
-    pods = _list(body.get("Pods") or [], f"{where}.Pods")
-    uids = tuple(_text(_object(p, f"{where}.Pods").get("UID"), f"{where}.UID") for p in pods)
-    return MetaVictims(uids, _count(body.get("NumPDBViolations", 0), where))
+def _parse_meta_victims(raw: object, loc: Loc) -> MetaVictims:
+    body = _object(raw, loc)
+    pods = _list(body.get("Pods") or [], (*loc, "Pods"))
+    uids = tuple(
+        _text(_object(p, (*loc, "Pods", i)).get("UID"), (*loc, "Pods", i, "UID"))
+        for i, p in enumerate(pods)
+    )
+    return MetaVictims(uids, _count(body.get("NumPDBViolations", 0), loc))
 
 
-def _parse_victims(raw: object, where: str) -> MetaVictims:
-    body = _object(raw, where)
-    pods = _list(body.get("Pods") or [], f"{where}.Pods")
-    uids = tuple(_pod_uid(p, f"{where}.Pods[{i}]") for i, p in enumerate(pods))
-    return MetaVictims(uids, _count(body.get("NumPDBViolations", 0), where))
+def _parse_victims(raw: object, loc: Loc) -> MetaVictims:
+    body = _object(raw, loc)
+    pods = _list(body.get("Pods") or [], (*loc, "Pods"))
+    uids = tuple(_pod_uid(p, (*loc, "Pods", i)) for i, p in enumerate(pods))
+    return MetaVictims(uids, _count(body.get("NumPDBViolations", 0), loc))
 
 
-def _pod_uid(raw: object, where: str) -> str:
-    metadata = _object(_object(raw, where).get("metadata"), f"{where}.metadata")
-    return _text(metadata.get("uid"), f"{where}.metadata.uid")
+def _pod_uid(raw: object, loc: Loc) -> str:
+    metadata = _object(_object(raw, loc).get("metadata"), (*loc, "metadata"))
+    return _text(metadata.get("uid"), (*loc, "metadata", "uid"))
 
 
-def _count(raw: object, where: str) -> int:
+def _count(raw: object, loc: Loc) -> int:
     if type(raw) is not int:
-        raise WireError(f"{where}.NumPDBViolations: expected an integer, got {raw!r}")
+        raise WireError((*loc, "NumPDBViolations"), f"expected an integer, got {_kind(raw)}")
     return raw
 
 
@@ -216,10 +280,10 @@ def parse_filter_args(body: Mapping[str, object]) -> FilterArgs:
     nodes_raw = body.get("Nodes")
     if nodes_raw is not None:
         nodes = _parse_nodes(nodes_raw)
-        names = tuple(_node_name(n, f"Nodes.items[{i}]") for i, n in enumerate(nodes))
+        names = tuple(_node_name(n, ("Nodes", "items", i)) for i, n in enumerate(nodes))
         return FilterArgs(pod, names, nodes)
     if body.get("NodeNames") is None:
-        raise WireError("ExtenderArgs carries neither Nodes nor NodeNames")
+        raise WireError(("NodeNames",), "ExtenderArgs carries neither Nodes nor NodeNames")
     return FilterArgs(pod, _parse_node_names(body["NodeNames"], "NodeNames"))
 
 
@@ -245,8 +309,11 @@ def encode_filter_result(result: FilterResult, *, args: FilterArgs) -> _Json:
         body["NodeNames"] = list(result.node_names)
     else:
         passing = set(result.node_names)
+        # The names were read from these very objects when the args were parsed.
         body["Nodes"] = {
-            "items": [dict(n) for n in args.nodes if _node_name(n, "Nodes") in passing]
+            "items": [
+                n for n, name in zip(args.nodes, args.node_names, strict=True) if name in passing
+            ]
         }
     return body
 
@@ -256,15 +323,15 @@ def parse_filter_result(body: Mapping[str, object]) -> FilterResult:
     nodes_raw = body.get("Nodes")
     if nodes_raw is not None:
         nodes = _parse_nodes(nodes_raw)
-        names = tuple(_node_name(n, f"Nodes.items[{i}]") for i, n in enumerate(nodes))
+        names = tuple(_node_name(n, ("Nodes", "items", i)) for i, n in enumerate(nodes))
     else:
         raw_names = body.get("NodeNames")
         names = () if raw_names is None else _parse_node_names(raw_names, "NodeNames")
     return FilterResult(
         names,
-        _text_map(body.get("FailedNodes"), "FailedNodes"),
-        _text_map(body.get("FailedAndUnresolvableNodes"), "FailedAndUnresolvableNodes"),
-        _text(body.get("Error") or "", "Error"),
+        _text_map(body.get("FailedNodes"), ("FailedNodes",)),
+        _text_map(body.get("FailedAndUnresolvableNodes"), ("FailedAndUnresolvableNodes",)),
+        _text(body.get("Error") or "", ("Error",)),
     )
 
 
@@ -272,18 +339,24 @@ def parse_filter_result(body: Mapping[str, object]) -> FilterResult:
 
 
 def parse_preempt_args(body: Mapping[str, object]) -> PreemptArgs:
-    """Read ``ExtenderPreemptionArgs``: meta victims (node-cache-capable) or whole pods."""
+    """Read ``ExtenderPreemptionArgs``: meta victims (node-cache-capable) or whole pods. The
+    scheduler always sends one of the two maps (empty when it found no candidate)."""
     pod = _parse_pod(body.get("Pod"))
     meta = _optional_object(body, "NodeNameToMetaVictims")
     if meta is not None:
         return PreemptArgs(
             pod,
-            {n: _parse_meta_victims(v, f"NodeNameToMetaVictims[{n}]") for n, v in meta.items()},
+            {n: _parse_meta_victims(v, ("NodeNameToMetaVictims", n)) for n, v in meta.items()},
         )
-    full = _optional_object(body, "NodeNameToVictims") or {}
+    full = _optional_object(body, "NodeNameToVictims")
+    if full is None:
+        raise WireError(
+            ("NodeNameToMetaVictims",),
+            "ExtenderPreemptionArgs carries neither NodeNameToMetaVictims nor NodeNameToVictims",
+        )
     return PreemptArgs(
         pod,
-        {n: _parse_victims(v, f"NodeNameToVictims[{n}]") for n, v in full.items()},
+        {n: _parse_victims(v, ("NodeNameToVictims", n)) for n, v in full.items()},
         node_cache_capable=False,
     )
 
@@ -320,7 +393,7 @@ def parse_preempt_result(body: Mapping[str, object]) -> PreemptResult:
     """Read an ``ExtenderPreemptionResult`` (for a fake scheduler and tests)."""
     meta = _optional_object(body, "NodeNameToMetaVictims") or {}
     return PreemptResult(
-        {n: _parse_meta_victims(v, f"NodeNameToMetaVictims[{n}]") for n, v in meta.items()}
+        {n: _parse_meta_victims(v, ("NodeNameToMetaVictims", n)) for n, v in meta.items()}
     )
 
 
@@ -328,20 +401,46 @@ def parse_preempt_result(body: Mapping[str, object]) -> PreemptResult:
 
 
 def pod_to_place(pod: ExtenderPod) -> tuple[str, PodToPlace]:
-    """The pod's testbed and what placing it needs, from its annotations (set on the
-    application's pod template by :func:`fleetledger.domain.testbeds.application_manifest`)."""
-    testbed = pod.annotations.get(TESTBED_ANNOTATION)
-    raw_ids = pod.annotations.get(SLOT_IDS_ANNOTATION)
-    if not testbed or not raw_ids:
-        raise WireError(
-            f"pod {pod.namespace}/{pod.name} lacks the {TESTBED_ANNOTATION} and "
-            f"{SLOT_IDS_ANNOTATION} annotations; only a batch job's pods use this scheduler"
+    """The pod's testbed and what placing it needs: from this project's annotations (set on the
+    application's pod template by :func:`fleetledger.domain.testbeds.application_manifest`), else
+    from the original operator's labels (see the module docstring)."""
+    if TESTBED_ANNOTATION in pod.annotations or SLOT_IDS_ANNOTATION in pod.annotations:
+        bed, ids = _slot_request(
+            pod, pod.annotations, "annotations", TESTBED_ANNOTATION, SLOT_IDS_ANNOTATION
         )
-    try:
-        slot_ids = tuple(int(part) for part in raw_ids.split(","))
-    except ValueError as e:
+        return bed, PodToPlace(pod.name, pod.uid, _slot_ids(pod, ids, SLOT_IDS_ANNOTATION, ","))
+    if SEED_TESTBED_LABEL in pod.labels or SEED_SLOT_IDS_LABEL in pod.labels:
+        bed, ids = _slot_request(pod, pod.labels, "labels", SEED_TESTBED_LABEL, SEED_SLOT_IDS_LABEL)
+        return bed, PodToPlace(pod.name, pod.uid, _slot_ids(pod, ids, SEED_SLOT_IDS_LABEL, "_"))
+    raise WireError(
+        ("Pod", "metadata", "annotations"),
+        f"pod {pod.namespace}/{pod.name} lacks the {TESTBED_ANNOTATION} and "
+        f"{SLOT_IDS_ANNOTATION} annotations (or the {SEED_TESTBED_LABEL} and "
+        f"{SEED_SLOT_IDS_LABEL} labels); only a batch job's pods use this scheduler",
+    )
+
+
+def _slot_request(
+    pod: ExtenderPod, values: Mapping[str, str], where: str, bed_key: str, ids_key: str
+) -> tuple[str, str]:
+    bed, ids = values.get(bed_key, ""), values.get(ids_key, "")
+    for key, value in ((bed_key, bed), (ids_key, ids)):
+        if not value.strip():
+            raise WireError(
+                ("Pod", "metadata", where, key),
+                f"pod {pod.namespace}/{pod.name} has {bed_key if key == ids_key else ids_key} "
+                f"but no {key}; both are needed to place it",
+            )
+    return bed, ids
+
+
+def _slot_ids(pod: ExtenderPod, raw: str, key: str, separator: str) -> tuple[int, ...]:
+    where: Loc = ("Pod", "metadata", "labels" if separator == "_" else "annotations", key)
+    parts = [part.strip() for part in raw.split(separator)]
+    if not all(part.isascii() and part.isdigit() for part in parts):
         raise WireError(
-            f"pod {pod.namespace}/{pod.name}: {SLOT_IDS_ANNOTATION} must be comma-separated "
-            f"slot ids, got {raw_ids!r}"
-        ) from e
-    return testbed, PodToPlace(pod.name, pod.uid, slot_ids)
+            where,
+            f"pod {pod.namespace}/{pod.name}: slot ids must be non-negative integers joined by "
+            f"{separator!r}, got {raw!r}",
+        )
+    return tuple(int(part) for part in parts)

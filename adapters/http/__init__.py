@@ -1,7 +1,11 @@
 """The HTTP API (FastAPI): ``POST/GET /v1/machines``, ``/healthz``; see :mod:`.app`.
 
 ``create_app(runtime, api_tokens=ApiTokens.from_env(), max_body_bytes=...)`` protects every
-route but the probes with bearer tokens (:mod:`.auth`) and caps request bodies (:mod:`.limits`).
+route but the probes with bearer tokens (:mod:`.auth`), websocket handshakes included, and caps
+request bodies (:mod:`.limits`). The other capabilities' routers are mounted with
+``create_app(..., routers=[...])``: the agents' (:mod:`.agents`), subnets' (:mod:`.subnets`),
+workloads' (:mod:`.workloads`) and the external scheduler's testbeds, jobs, schedulings and
+their live watch (:mod:`.testbeds`, :mod:`.watch`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Bearer tokens: nobody but a holder of a configured token gets past the probes.
 
-Every request needs ``Authorization: Bearer <token>`` except the probes in :data:`PUBLIC_PATHS`
-(``/healthz``, ``/readyz``, ``/metrics``), which orchestrators and scrapers call without
-credentials. The check is an ASGI middleware over the whole app rather than a per-route
-dependency, so a router included later is protected without anyone remembering to, and a caller
-without a token is refused before its body is read or parsed. :func:`document_bearer_auth` writes
-the scheme into the OpenAPI schema, on every operation but the probes.
+Every request, websocket handshakes included, needs ``Authorization: Bearer <token>`` except the
+probes in :data:`PUBLIC_PATHS` (``/healthz``, ``/readyz``, ``/metrics``), which orchestrators and
+scrapers call without credentials. The check is an ASGI middleware over the whole app rather than
+a per-route dependency, so a router included later is protected without anyone remembering to,
+and a caller without a token is refused before its body is read or parsed.
+:func:`document_bearer_auth` writes the scheme into the OpenAPI schema, on every operation but
+the probes.
 
 Several tokens may be valid at once, for rotation: add the new one, move the clients, drop the
 old one. Tokens are compared as SHA-256 digests with :func:`hmac.compare_digest` against every
@@ -48,6 +49,8 @@ _SCHEME = "bearerAuth"
 # RFC 6750 ``b64token``: what may follow "Bearer " in a header.
 _TOKEN_CHARS = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
 _CHALLENGE = 'Bearer realm="fleetledger"'
+# The ASGI extension that lets a websocket handshake be answered with an HTTP response.
+_DENIAL = "websocket.http.response"
 
 
 class ApiTokens:
@@ -135,7 +138,12 @@ def _is_loopback(host: str) -> bool:
 
 
 class BearerAuth:
-    """ASGI middleware: 401 with ``WWW-Authenticate`` for requests without a valid token."""
+    """ASGI middleware: 401 with ``WWW-Authenticate`` for requests without a valid token.
+
+    Websocket handshakes (``/v1/watch``) are checked the same way, before they are accepted:
+    the same ``401`` where the server can answer a handshake with an HTTP response (uvicorn
+    can), otherwise a close with code ``1008``, which the server sends as ``403``.
+    """
 
     def __init__(
         self,
@@ -162,9 +170,6 @@ class BearerAuth:
             path=scope["path"],
             reason="no bearer token" if token is None else "unknown token",
         )
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
         challenge = _CHALLENGE if token is None else f'{_CHALLENGE}, error="invalid_token"'
         detail = (
             "send an API token: Authorization: Bearer <token>"
@@ -174,6 +179,11 @@ class BearerAuth:
         response = JSONResponse(
             {"detail": detail}, status_code=401, headers={"WWW-Authenticate": challenge}
         )
+        if scope["type"] == "websocket" and _DENIAL not in scope.get("extensions", {}):
+            # A server that cannot send an HTTP answer to a handshake turns a close before
+            # accepting into a bare 403.
+            await send({"type": "websocket.close", "code": 1008, "reason": "not authorised"})
+            return
         await response(scope, receive, send)
 
 

@@ -1,14 +1,17 @@
-"""The cluster port on a real Kubernetes cluster (the official ``kubernetes`` client).
+"""The ports on a real Kubernetes cluster (the official ``kubernetes`` client).
 
 :class:`KubernetesCluster` serves the :class:`~fleetledger.adapters.cluster.ClusterGateway`'s
 reads from informer caches (list + watch with resource versions, listing again on ``410 Gone``)
-and its writes from the API.
+and its writes from the API. :class:`KubernetesApplications` serves the testbeds'
+:class:`~fleetledger.adapters.testbeds.Applications`: Spark and Flink applications as their
+operators' custom objects.
 """
 
 from __future__ import annotations
 
+from .applications import KubernetesApplications
 from .cluster import KubernetesCluster
 from .convert import node_from, pod_from
 from .informer import Informer
 
-__all__ = ["Informer", "KubernetesCluster", "node_from", "pod_from"]
+__all__ = ["Informer", "KubernetesApplications", "KubernetesCluster", "node_from", "pod_from"]

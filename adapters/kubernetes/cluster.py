@@ -7,9 +7,17 @@ Writes go to the API at once: pods are created in and deleted from ``namespace``
 pods without a namespace, so this adapter expects pod names to be unique across the namespaces
 it is shown (true of VM pods, named after their VMs).
 
+A pod is sent with its ``priorityClassName`` and never a ``priority``: the priority admission
+plugin fills the value in from the class, and refuses a pod whose ``priority`` differs from it.
+A delete with a uid sends it as the ``DeleteOptions`` precondition, so the API server itself
+refuses to delete a newer pod that took the name.
+
 API errors are translated at this edge: ``409 Conflict`` on create is
-:class:`~fleetledger.adapters.cluster.PodExists`, ``404`` on delete
-:class:`~fleetledger.adapters.cluster.UnknownPod`, anything else
+:class:`~fleetledger.adapters.cluster.PodExists`, ``403`` naming a missing priority class
+:class:`~fleetledger.adapters.cluster.UnknownPriorityClass`, ``404`` on delete
+:class:`~fleetledger.adapters.cluster.UnknownPod`, ``409`` on a delete with a uid (the
+precondition failed) :class:`~fleetledger.adapters.cluster.StalePod`, an existing priority class
+of another value :class:`~fleetledger.adapters.cluster.PriorityClassConflict`, anything else
 :class:`~fleetledger.adapters.cluster.ClusterError`.
 """
 
@@ -30,11 +38,15 @@ from fleetledger.adapters.cluster import (
     Pod,
     PodExists,
     PodSpec,
+    PriorityClassConflict,
+    StalePod,
     UnknownPod,
+    UnknownPriorityClass,
 )
 
 from .convert import node_from, pod_from
 from .informer import Informer
+from .status import status_message
 
 __all__ = ["KubernetesCluster"]
 
@@ -50,6 +62,7 @@ class KubernetesCluster:
         watch_seconds: int = 300,
     ) -> None:
         self._core = client.CoreV1Api(api_client)
+        self._scheduling = client.SchedulingV1Api(api_client)
         self._namespace = namespace
         self.nodes = Informer(
             self._core.list_node, node_from, kind="Node", watch_seconds=watch_seconds
@@ -114,20 +127,70 @@ class KubernetesCluster:
         except ApiException as e:
             if e.status == 409:
                 raise PodExists(f"pod {spec.name} already exists") from e
-            raise ClusterError(f"could not create pod {spec.name}: {e.status} {e.reason}") from e
+            message = status_message(e)
+            if e.status == 403 and "no PriorityClass with name" in message:
+                raise UnknownPriorityClass(message) from e
+            raise ClusterError(f"could not create pod {spec.name}: {e.status} {message}") from e
         except HTTPError as e:
             raise ClusterError(f"could not create pod {spec.name}: {e}") from e
         return pod_from(json.loads(response.data))
 
-    def delete_pod(self, name: str) -> None:
+    def delete_pod(self, name: str, *, uid: str | None = None) -> None:
+        options = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid) if uid is not None else None
+        )
         try:
-            self._core.delete_namespaced_pod(name, self._namespace, _preload_content=False)
+            self._core.delete_namespaced_pod(
+                name, self._namespace, body=options, _preload_content=False
+            )
         except ApiException as e:
             if e.status == 404:
                 raise UnknownPod(f"no pod named {name}") from e
-            raise ClusterError(f"could not delete pod {name}: {e.status} {e.reason}") from e
+            if e.status == 409 and uid is not None:
+                raise StalePod(f"pod {name} is not {uid} any more: {status_message(e)}") from e
+            raise ClusterError(
+                f"could not delete pod {name}: {e.status} {status_message(e)}"
+            ) from e
         except HTTPError as e:
             raise ClusterError(f"could not delete pod {name}: {e}") from e
+
+    def ensure_priority_class(self, name: str, value: int, *, description: str) -> None:
+        body = _priority_class_body(name, value, description=description)
+        try:
+            self._scheduling.create_priority_class(cast(Any, body), _preload_content=False)
+            return
+        except ApiException as e:
+            if e.status != 409:
+                raise ClusterError(
+                    f"could not create priority class {name}: {e.status} {status_message(e)}"
+                ) from e
+        except HTTPError as e:
+            raise ClusterError(f"could not create priority class {name}: {e}") from e
+        # It exists: fine if it is ours (an earlier attempt, another replica), not if its value
+        # differs, since a class's value cannot be updated.
+        try:
+            response: Any = self._scheduling.read_priority_class(name, _preload_content=False)
+        except (ApiException, HTTPError) as e:
+            raise ClusterError(f"could not read priority class {name}: {e}") from e
+        existing = json.loads(response.data).get("value")
+        if existing != value:
+            raise PriorityClassConflict(
+                f"priority class {name} exists with value {existing}, not {value}"
+            )
+
+
+def _priority_class_body(name: str, value: int, *, description: str) -> dict[str, Any]:
+    """A ``scheduling.k8s.io/v1`` PriorityClass: never the global default, preempting lower
+    priorities (the API's default policy, spelled out)."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        "globalDefault": False,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": description,
+    }
 
 
 def _pod_body(spec: PodSpec) -> dict[str, Any]:
@@ -141,8 +204,9 @@ def _pod_body(spec: PodSpec) -> dict[str, Any]:
             }
         ],
         "schedulerName": spec.scheduler_name,
-        "priority": spec.priority,
     }
+    if spec.priority_class_name is not None:
+        pod_spec["priorityClassName"] = spec.priority_class_name
     if spec.node is not None:
         pod_spec["nodeName"] = spec.node
     metadata: dict[str, Any] = {

@@ -60,7 +60,9 @@ def pod_from(raw: Mapping[str, Any]) -> Pod:
         cpu_millis=cpu,
         memory_mib=memory,
         scheduler_name=spec.get("schedulerName") or "default-scheduler",
+        priority_class_name=spec.get("priorityClassName") or None,
         priority=int(spec.get("priority") or 0),
+        reason=status.get("reason") or "",
         terminating=metadata.get("deletionTimestamp") is not None,
     )
 

@@ -1,24 +1,33 @@
-"""The ``testbed`` scenario: two jobs on a testbed of 2 nodes × 2 slots, placed by the extender.
+"""The ``testbed`` scenario: three jobs on a testbed of 2 nodes × 2 slots, placed by the extender.
 
 The world: a :class:`~fleetledger.adapters.cluster.FakeCluster` of two labelled nodes, each with
 room for exactly its two slots (so a job pod only fits once its slot's ghost pod is preempted),
-:class:`~fleetledger.adapters.testbeds.FakeApplications` as the Spark operator, and a small fake
-kube-scheduler that asks the real extender app over HTTP (``POST /filter``, then ``POST
-/preempt`` and evicting the victims when the node has no room) for every pending pod.
+and the job pods' priority class, :class:`~fleetledger.adapters.testbeds.FakeApplications` as the
+Spark operator, and a small fake kube-scheduler that asks the real extender app over HTTP
+(``POST /filter``, then, when the node has no room, ``POST /preempt`` with the nodes where lower
+priority pods could make room as candidates, evicting the victims it answers) for every pending
+pod.
 
-The script: jobs ``j1`` and ``j2`` (replication 2 each), scheduling ``s1`` with the queue
-``[j2, j1, j2, j1]`` (so ``j2`` gets free slots 0 and 2, ``j1`` slots 1 and 3); once ``s1`` holds
-its claims a second scheduling ``s2`` that also names ``j1`` is created. Each pass advances
-virtual time by one second, runs the controller until it settles, lets the fake scheduler place
-pending pods, and lets applications run: one starts the pass after its pods are all placed and
-completes after a seeded 2–5 passes. ``s1`` is released when completed.
+The script: jobs ``j1``, ``j2`` and ``j3``; scheduling ``s1`` with the queue ``[j2, j1, j2, j1]``
+(so ``j2`` gets free slots 0 and 2, ``j1`` slots 1 and 3). Once ``s1`` holds its claims a second
+scheduling ``s2`` is created with the interleaved queue ``[j1, j3, j1, j3, j1, j3]``: it reuses
+``j1``, and it is longer than the testbed. ``s2`` waits in ``acquire``, holding nothing, while
+``s1`` holds ``j1``; once ``s1`` is released and ``j1``'s application deleted it claims ``j1``
+again and runs it on three slots (its third queue index never exists on four slots, so it takes
+the lowest free slot left), then ``j3`` once those are free. Each pass advances virtual time by
+one second, runs the controller until it settles, lets the fake scheduler place pending pods, and
+lets applications run: one starts the pass after its pods are all placed and completes after a
+seeded 2–5 passes. Completed schedulings are released.
 
-Figures: the ``assignments`` (job → slot ids), the jobs' final states, whether ``s2`` waited in
-``acquire`` holding nothing while ``s1`` held the shared job (and tried again once released),
-``slots_held_by_two_pods`` — slots that at some pass had two pods in them (two ghosts, or a
-ghost and the job pod bound there), plus reservations of a slot already reserved for another pod
-in the log — and the extender's p99 answer time over HTTP. That last one is wall-clock time
-(in-process HTTP), the only figure that varies between runs.
+Figures: ``assignments`` (``s1``'s job → slot ids) and ``second_assignments`` (``s2``'s), the
+jobs' final states and each job's runs, whether ``s2`` waited in ``acquire`` holding nothing
+while ``s1`` held the shared job (and tried again once released), ``slots_held_by_two_pods`` —
+slots that at some pass had two pods in them (two ghosts, or a ghost and the job pod bound there),
+plus reservations of a slot already reserved for another pod in the log —,
+``deadlocked_schedulings`` (schedulings not finished at the end although nothing blocked them),
+``applications_leaked`` (applications still there at the end for jobs released or finished), and
+the extender's p99 answer time over HTTP. That last one is wall-clock time (in-process HTTP), the
+only figure that varies between runs.
 """
 
 from __future__ import annotations
@@ -37,7 +46,8 @@ from fleetledger.adapters.extender import wire
 from fleetledger.adapters.extender.server import create_extender_app
 from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.adapters.testbeds import GHOST_LABEL, FakeApplications, TestbedsRuntime
-from fleetledger.adapters.testbeds.aggregates import TESTBED
+from fleetledger.adapters.testbeds.aggregates import BATCH_JOB, TESTBED
+from fleetledger.adapters.testbeds.reconciler import POSITION_ANNOTATION
 from fleetledger.domain.testbeds import batch_job, testbed
 from fleetledger.eventstore import EventStore
 
@@ -49,7 +59,11 @@ _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 _BED = "bed"
 _LABEL = "testbed"
 _SCHEDULER = "fleetledger"
+_JOB_PRIORITY_CLASS = "fleetledger-batch"
+_JOB_PRIORITY = 1000
+_JOBS = ("j1", "j2", "j3")
 _QUEUE = ("j2", "j1", "j2", "j1")
+_SECOND_QUEUE = ("j1", "j3", "j1", "j3", "j1", "j3")
 _MAX_PASSES = 200
 
 
@@ -62,13 +76,18 @@ class TestbedReport:
     seed: int
     passes: int
     assignments: Mapping[str, tuple[int, ...]]
+    second_assignments: Mapping[str, tuple[int, ...]]
     job_states: Mapping[str, str]
+    job_runs: Mapping[str, tuple[tuple[str, str, tuple[int, ...]], ...]]
+    """Per job, each run that ended: (scheduling, outcome, slot ids)."""
     run_passes: Mapping[str, int]
     first_scheduling_phase: str
     second_scheduling_phase: str
     second_scheduling_waited: bool
     second_scheduling_conflict: str
     slots_held_by_two_pods: int
+    deadlocked_schedulings: int
+    applications_leaked: int
     ghost_pods_created: int
     preemptions: int
     extender_calls: int
@@ -82,13 +101,25 @@ class TestbedReport:
             "seed": self.seed,
             "passes": self.passes,
             "assignments": {job: list(slots) for job, slots in sorted(self.assignments.items())},
+            "second_assignments": {
+                job: list(slots) for job, slots in sorted(self.second_assignments.items())
+            },
             "job_states": dict(sorted(self.job_states.items())),
+            "job_runs": {
+                job: [
+                    {"scheduling": scheduling, "outcome": outcome, "slots": list(slots)}
+                    for scheduling, outcome, slots in runs
+                ]
+                for job, runs in sorted(self.job_runs.items())
+            },
             "run_passes": dict(sorted(self.run_passes.items())),
             "first_scheduling_phase": self.first_scheduling_phase,
             "second_scheduling_phase": self.second_scheduling_phase,
             "second_scheduling_waited": self.second_scheduling_waited,
             "second_scheduling_conflict": self.second_scheduling_conflict,
             "slots_held_by_two_pods": self.slots_held_by_two_pods,
+            "deadlocked_schedulings": self.deadlocked_schedulings,
+            "applications_leaked": self.applications_leaked,
             "ghost_pods_created": self.ghost_pods_created,
             "preemptions": self.preemptions,
             "extender_calls": self.extender_calls,
@@ -98,18 +129,36 @@ class TestbedReport:
 
     def render(self) -> str:
         """A readable report."""
+
+        def runs(job: str) -> str:
+            return "; ".join(
+                f"{scheduling} on slots {list(slots)}: {outcome}"
+                for scheduling, outcome, slots in self.job_runs.get(job, ())
+            )
+
         lines = [
-            f"scenario testbed (seed {self.seed}): 2 nodes x 2 slots, queue "
-            f"[{', '.join(_QUEUE)}], {self.passes} passes",
+            f"scenario testbed (seed {self.seed}): 2 nodes x 2 slots, s1 queue "
+            f"[{', '.join(_QUEUE)}], s2 queue [{', '.join(_SECOND_QUEUE)}], "
+            f"{self.passes} passes",
             *(
                 f"  {job}: slots {list(slots)}, {self.job_states.get(job, '?')} after "
                 f"{self.run_passes.get(job, 0)} passes running"
                 for job, slots in sorted(self.assignments.items())
             ),
+            *(f"  {job} runs: {runs(job) or '-'}" for job in sorted(self.job_runs)),
             f"  s1: {self.first_scheduling_phase}; s2 (shares j1): {self.second_scheduling_phase}"
             f", waited in acquire: {'yes' if self.second_scheduling_waited else 'NO'}",
             f"    s2's last conflict: {self.second_scheduling_conflict or '-'}",
+            "    s2's assignments: "
+            + (
+                ", ".join(
+                    f"{job} {list(slots)}" for job, slots in sorted(self.second_assignments.items())
+                )
+                or "-"
+            ),
             f"  slots held by two pods: {self.slots_held_by_two_pods}",
+            f"  deadlocked schedulings: {self.deadlocked_schedulings}, applications leaked: "
+            f"{self.applications_leaked}",
             f"  ghost pods created: {self.ghost_pods_created}, preemptions: {self.preemptions}",
             f"  extender: {self.extender_calls} calls, p50 {self.extender_p50_ms:.2f} ms, "
             f"p99 {self.extender_p99_ms:.2f} ms (wall clock, in-process HTTP)",
@@ -135,6 +184,22 @@ class _FakeScheduler:
         assert isinstance(answer, Mapping)
         return answer
 
+    def _candidates(self, preemptor: str, priority: int) -> dict[str, wire.MetaVictims]:
+        """The nodes where evicting lower-priority pods would make room for the pod, with those
+        pods: what the scheduler's post-filter offers the extender (never a node without a
+        victim)."""
+        pods = self._cluster.list_pods()
+        pod = next(p for p in pods if p.name == preemptor)
+        candidates = {}
+        for node in self._cluster.list_nodes():
+            victims = [p for p in pods if p.node == node.name and p.priority < priority]
+            cpu, memory = self._cluster.free_on(node.name)
+            cpu += sum(v.cpu_millis for v in victims)
+            memory += sum(v.memory_mib for v in victims)
+            if victims and cpu >= pod.cpu_millis and memory >= pod.memory_mib:
+                candidates[node.name] = wire.MetaVictims(tuple(v.uid for v in victims))
+        return candidates
+
     def place_pending(self) -> int:
         placed = 0
         nodes = tuple(n.name for n in self._cluster.list_nodes())
@@ -153,7 +218,9 @@ class _FakeScheduler:
                 except NoRoom:
                     pass
             # No node fits as is: the scheduler's post-filter asks the extender whom to preempt.
-            candidates = {n: wire.MetaVictims(()) for n in nodes}
+            candidates = self._candidates(pod.name, pod.priority)
+            if not candidates:
+                continue
             preempt = wire.parse_preempt_result(
                 self._post(
                     "/preempt", wire.encode_preempt_args(wire.PreemptArgs(extender_pod, candidates))
@@ -182,7 +249,7 @@ def _two_pod_slots(cluster: FakeCluster, state: testbed.TestbedState) -> set[int
             for p in pods
             if p.labels.get(GHOST_LABEL) == _BED
             and p.node == slot.node
-            and p.annotations.get("fleetledger.io/position-on-node") == str(slot.position_on_node)
+            and p.annotations.get(POSITION_ANNOTATION) == str(slot.position_on_node)
         ]
         tenants = [
             p
@@ -210,6 +277,20 @@ def _double_reservations(store: EventStore) -> int:
     return doubled
 
 
+def _job_pods_created(store: EventStore) -> int:
+    """Job pods the operator made: the replication of every application created, by the log."""
+    created = 0
+    for job in _JOBS:
+        replication = 0
+        for record in store.read_stream(batch_job.stream_name(job)):
+            event = BATCH_JOB.codec.decode(record)
+            if isinstance(event, batch_job.ApplicationRequested):
+                replication = event.replication
+            elif isinstance(event, batch_job.ApplicationCreated):
+                created += replication
+    return created
+
+
 class _Watch:
     """What the scenario checks pass by pass: ``s2`` waiting, slots crowded, jobs' run times."""
 
@@ -227,7 +308,7 @@ class _Watch:
         service = runtime.service
         s1 = service.scheduling("s1").state
         if not self.s2_created and "j1" in s1.held_jobs:
-            service.create_scheduling("s2", testbed=_BED, queue=("j1",))
+            service.create_scheduling("s2", testbed=_BED, queue=_SECOND_QUEUE)
             self.s2_created = True
             runtime.run_until_settled()
             s1 = service.scheduling("s1").state
@@ -236,11 +317,13 @@ class _Watch:
             self.waited = self.waited and s2.phase == "acquire" and not s2.held_jobs
         self.s1_released = self.s1_released or s1.phase == "finished"
         conflict = s2.last_conflict
-        if self.s1_released and conflict is not None and "s1" not in conflict.reason:
+        if self.s1_released and (
+            s2.held_jobs or (conflict is not None and "s1" not in conflict.reason)
+        ):
             self.s2_retried = True
 
     def applications(self, apps: FakeApplications, at_pass: int) -> None:
-        for job in ("j1", "j2"):
+        for job in _JOBS:
             app = batch_job.application_name(job)
             phase = apps.phase(app)
             if phase == "scheduled":
@@ -251,32 +334,65 @@ class _Watch:
                 if self.ran[job] >= self.durations[job]:
                     apps.finish(app)
 
-    @property
-    def done(self) -> bool:
-        return self.s1_released and self.s2_retried
+    def done(self, runtime: TestbedsRuntime) -> bool:
+        s2 = runtime.service.scheduling("s2").state
+        return self.s1_released and self.s2_retried and s2.phase == "finished"
+
+
+def _deadlocked(runtime: TestbedsRuntime) -> int:
+    """Schedulings not finished although nothing blocked them: every job could have run."""
+    service = runtime.service
+    return sum(
+        1
+        for name in service.schedulings()
+        if service.scheduling(name).state.phase != "finished"
+        and service.scheduling(name).state.blocked is None
+    )
+
+
+def _leaked(runtime: TestbedsRuntime, apps: FakeApplications) -> int:
+    """Applications still there for jobs that are released or finished."""
+    leaked = 0
+    for job in _JOBS:
+        state = runtime.service.job(job).state
+        released = state.holder is None
+        finished = state.status in ("completed", "failed")
+        if (released or finished) and apps.phase(batch_job.application_name(job)) != "absent":
+            leaked += 1
+    return leaked
 
 
 def run_testbed_scenario(seed: int, *, url: str | None = None) -> TestbedReport:
     """Run the scenario on a scratch SQLite log (or the database at ``url``)."""
     rng = Random(seed)
-    watch = _Watch({job: rng.randint(2, 5) for job in ("j1", "j2")})
+    watch = _Watch({job: rng.randint(2, 5) for job in _JOBS})
     clock = ManualClock(_EPOCH)
     cluster = FakeCluster(
         [
             Node("n1", labels={_LABEL: "1"}, cpu_millis=2000, memory_mib=4096),
             Node("n2", labels={_LABEL: "2"}, cpu_millis=2000, memory_mib=4096),
-        ]
+        ],
+        # Installed by an administrator with the runtime: job pods must outrank ghost pods.
+        priority_classes={_JOB_PRIORITY_CLASS: _JOB_PRIORITY},
     )
     apps = FakeApplications(cluster)
     with simulation_store(url) as store:
-        runtime = TestbedsRuntime(store, cluster, apps, clock=clock, threads=False)
+        runtime = TestbedsRuntime(
+            store,
+            cluster,
+            apps,
+            clock=clock,
+            threads=False,
+            priority_class=_JOB_PRIORITY_CLASS,
+            scheduler_name=_SCHEDULER,
+        )
         runtime.start()
         service = runtime.service
         scheduler = _FakeScheduler(cluster, TestClient(create_extender_app(service)))
         service.define_testbed(
             _BED, node_label=_LABEL, slots_per_node=2, cpu_millis=1000, memory_mib=2048
         )
-        for job in ("j1", "j2"):
+        for job in _JOBS:
             service.define_job(job, kind="spark", image="spark:3.5", main_file=f"local:///{job}.py")
         service.create_scheduling("s1", testbed=_BED, queue=_QUEUE)
         passes = 0
@@ -287,23 +403,32 @@ def run_testbed_scenario(seed: int, *, url: str | None = None) -> TestbedReport:
             scheduler.place_pending()
             watch.applications(apps, passes)
             watch.crowded |= _two_pod_slots(cluster, service.testbed(_BED).state)
-            if watch.done:
+            if watch.done(runtime):
                 break
+        clock.advance(1)
         runtime.run_until_settled()
         s1 = service.scheduling("s1").state
         s2 = service.scheduling("s2").state
+        jobs = {job: service.job(job).state for job in _JOBS}
         report = TestbedReport(
             seed=seed,
             passes=passes,
-            assignments={a.job: a.slot_ids for a in s1.assignments},
-            job_states={job: service.job(job).state.status for job in ("j1", "j2")},
+            assignments=_first_run_slots(jobs, "s1"),
+            second_assignments=_first_run_slots(jobs, "s2"),
+            job_states={job: state.status for job, state in jobs.items()},
+            job_runs={
+                job: tuple((r.scheduling, r.outcome, r.slot_ids) for r in state.runs)
+                for job, state in jobs.items()
+            },
             run_passes=dict(watch.ran),
             first_scheduling_phase=s1.phase,
             second_scheduling_phase=s2.phase,
             second_scheduling_waited=watch.s2_created and watch.waited and watch.s2_retried,
             second_scheduling_conflict="" if s2.last_conflict is None else s2.last_conflict.reason,
             slots_held_by_two_pods=len(watch.crowded) + _double_reservations(store),
-            ghost_pods_created=cluster.creations - sum(len(apps.pods(a)) for a in apps.created),
+            deadlocked_schedulings=_deadlocked(runtime),
+            applications_leaked=_leaked(runtime, apps),
+            ghost_pods_created=cluster.creations - _job_pods_created(store),
             preemptions=scheduler.preemptions,
             extender_calls=len(scheduler.latencies_ms),
             extender_p50_ms=percentile(scheduler.latencies_ms, 50),
@@ -311,3 +436,16 @@ def run_testbed_scenario(seed: int, *, url: str | None = None) -> TestbedReport:
         )
         runtime.stop()
     return report
+
+
+def _first_run_slots(
+    jobs: Mapping[str, batch_job.JobState], scheduling: str
+) -> dict[str, tuple[int, ...]]:
+    """Each job's slots in its first run by ``scheduling`` (a released scheduling's assignments
+    live on in its jobs' runs)."""
+    slots: dict[str, tuple[int, ...]] = {}
+    for job, state in jobs.items():
+        for run in state.runs:
+            if run.scheduling == scheduling:
+                slots.setdefault(job, run.slot_ids)
+    return slots

@@ -1,6 +1,7 @@
 """Batch jobs on slot testbeds, run on the decider host (PRODUCT.md §4.5).
 
-- :class:`TestbedsService`: the testbed, job and scheduling streams, hosted; users' commands;
+- :class:`TestbedsService`: the testbed, job and scheduling streams, hosted; users' commands
+  (each answering where it left its resource in the log, :class:`Written`) and reads;
 - :class:`GhostPodReconciler`: ghost pods as the testbed's slots want them, through the
   :class:`~fleetledger.adapters.cluster.ClusterGateway`;
 - :class:`SchedulingProcess`: claims, submissions, confirmations, completion, release, and the
@@ -16,16 +17,18 @@ from .aggregates import BATCH_JOB, SCHEDULING, TESTBED
 from .applications import APPLICATION_LABEL, Applications, FakeApplications
 from .errors import (
     CommandRejected,
+    Conflict,
     InvalidTestbedCommand,
     LogContention,
     LogUnavailable,
+    NotFound,
     NotLeading,
     TestbedsError,
 )
 from .process import SchedulingProcess
 from .reconciler import GHOST_LABEL, GhostPodReconciler
 from .runtime import TestbedsRuntime
-from .service import TestbedsService
+from .service import TestbedsService, Written
 
 __all__ = [
     "APPLICATION_LABEL",
@@ -35,14 +38,17 @@ __all__ = [
     "TESTBED",
     "Applications",
     "CommandRejected",
+    "Conflict",
     "FakeApplications",
     "GhostPodReconciler",
     "InvalidTestbedCommand",
     "LogContention",
     "LogUnavailable",
+    "NotFound",
     "NotLeading",
     "SchedulingProcess",
     "TestbedsError",
     "TestbedsRuntime",
     "TestbedsService",
+    "Written",
 ]

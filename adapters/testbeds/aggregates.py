@@ -1,8 +1,15 @@
-"""The testbed, batch job and scheduling aggregates as the decider host runs them."""
+"""The testbed, batch job and scheduling aggregates as the decider host runs them.
+
+Each codec takes every event of its aggregate's union. The events added with deletion, problem
+reports, application tracking and requeueing are registered here under their stored names too;
+registering them again under the same name and version (as :mod:`fleetledger.domain.codec` does
+for the others) is harmless.
+"""
 
 from __future__ import annotations
 
 from fleetledger.adapters.runtime import Aggregate, EventCodec, events_of
+from fleetledger.domain.codec import register_event
 from fleetledger.domain.testbeds import (
     JobCommand,
     JobEvent,
@@ -19,6 +26,18 @@ from fleetledger.domain.testbeds import (
 )
 
 __all__ = ["BATCH_JOB", "SCHEDULING", "TESTBED"]
+
+for _event, _name in (
+    (testbed.ProblemsReported, "testbed.ProblemsReported"),
+    (testbed.TestbedDeleted, "testbed.TestbedDeleted"),
+    (batch_job.ApplicationCreated, "batch_job.ApplicationCreated"),
+    (batch_job.ApplicationLost, "batch_job.ApplicationLost"),
+    (batch_job.JobDeleted, "batch_job.JobDeleted"),
+    (scheduling.JobRequeued, "scheduling.JobRequeued"),
+    (scheduling.SchedulingBlocked, "scheduling.SchedulingBlocked"),
+    (scheduling.SchedulingUnblocked, "scheduling.SchedulingUnblocked"),
+):
+    register_event(_name, 1)(_event)
 
 TESTBED: Aggregate[TestbedState, TestbedCommand, TestbedEvent] = Aggregate(
     name="testbed",

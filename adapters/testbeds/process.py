@@ -12,19 +12,31 @@ idempotent, as the host's reactors require.
   (``RecordClaimConflict``) and, in ``acquire``, what the scheduling held is released in the
   same append — two schedulings sharing a job never deadlock, the later one waits. A conflict
   already recorded for the same reason is not recorded again.
-* **submission**: ``AssignSlots`` with the testbed's free slots, and ``RequestCreation`` for each
-  assigned job, appended together.
+* **submission**: ``ObserveJobs`` first (a started job whose application disappeared goes back in
+  the queue), then ``AssignSlots`` with the testbed's free and usable slots, and
+  ``RequestCreation`` for each assigned job, appended together.
 * **confirmation / awaiting completion**: ``ObserveJobs`` with the jobs' statuses.
 * **completed**: released, if the process releases completed schedulings (``ReleaseScheduling``
   with ``ReleaseJob`` per job and ``ReleaseTestbed``, appended together).
 
-:meth:`SchedulingProcess.advance_job` looks after one job's application: create it once requested,
-report its phase (``ObserveApplication``), delete it when a release asks for that.
+:meth:`SchedulingProcess.advance_job` looks after one job's application:
+
+* a released job's application (finished or not) is deleted until it is observed gone
+  (``ApplicationDeleted``), and only then can the job be claimed again;
+* a requested application is created once per request: only while no ``ApplicationCreated`` is
+  recorded for the request and the operator shows none, and ``RecordApplicationCreated`` is
+  appended right after. A crash between the two is healed by the next observation (the
+  application is there, so its creation is recorded), never by creating it again; an application
+  that disappears after its creation sends the job back to its queue (``ApplicationLost``)
+  instead of being re-created behind the scheduling's back. An application that cannot be built
+  or that its operator refuses fails the job (``RecordApplicationRefused``), so its scheduling
+  does not wait for it;
+* its phase is reported (``ObserveApplication``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import structlog
@@ -32,8 +44,9 @@ import structlog
 from fleetledger.domain.errors import Rejected
 from fleetledger.domain.testbeds import batch_job, scheduling, testbed
 
-from .applications import Applications
+from .applications import Applications, InvalidApplication
 from .errors import CommandRejected
+from .manifests import ManifestError, application_manifest
 from .service import Part, Reads, TestbedsService
 
 __all__ = ["SchedulingProcess"]
@@ -41,6 +54,7 @@ __all__ = ["SchedulingProcess"]
 log = structlog.get_logger(__name__)
 
 _LIVE = frozenset({"submitted", "scheduled", "running"})
+_OBSERVING = frozenset({"submission", "confirmation", "awaiting_completion"})
 
 
 class _Conflict(Exception):
@@ -91,10 +105,11 @@ class SchedulingProcess:
             claimed = self._claim(name)
             if claimed or state.phase == "acquire":
                 return claimed
-        if state.phase == "submission":
+        if state.phase in _OBSERVING:
+            observed = self._observe_jobs(name)
+            if observed or state.phase != "submission":
+                return observed
             return self._submit(name)
-        if state.phase in ("confirmation", "awaiting_completion"):
-            return self._observe_jobs(name)
         if state.phase == "completed" and self._release_completed:
             return self.release(name)
         return 0
@@ -195,7 +210,13 @@ class SchedulingProcess:
             if bed.defined is None:
                 return []
             events = scheduling.decide(
-                state, scheduling.AssignSlots(testbed.free_slot_ids(bed), at=at)
+                state,
+                scheduling.AssignSlots(
+                    testbed.free_slot_ids(bed),
+                    at=at,
+                    # Before the first observation the testbed's size is unknown, not zero.
+                    usable_slots=None if bed.observed_at is None else testbed.usable_slot_ids(bed),
+                ),
             )
             parts: list[Part] = []
             for event in events:
@@ -228,6 +249,8 @@ class SchedulingProcess:
                         scheduling=name,
                         assignments={a.job: list(a.slot_ids) for a in event.assignments},
                     )
+                elif isinstance(event, scheduling.SchedulingBlocked):
+                    log.warning("scheduling blocked", scheduling=name, reason=event.reason)
         return _count(parts)
 
     def _observe_jobs(self, name: str) -> int:
@@ -242,9 +265,12 @@ class SchedulingProcess:
         )
         return len(decision.events)
 
-    def release(self, name: str) -> int:
+    def release(self, name: str, *, duty: bool = True) -> int:
         """Release the scheduling: every job it holds (deleting live applications) and the
-        testbed, in one append. Returns how many events it appended (0 if already finished)."""
+        testbed, in one append. Returns how many events it appended (0 if already finished).
+
+        ``duty=False`` for a user's request (the API's ``DELETE``): it is not the leader's work,
+        so it is not fenced by the leader's term and any process may take it."""
         service = self._service
 
         def plan(at: datetime, reads: Reads) -> list[Part]:
@@ -256,7 +282,7 @@ class SchedulingProcess:
                     parts.extend(self._release_parts(name, event.jobs, event.testbed, at, reads))
             return parts
 
-        parts = service.decide_together(plan, cause=f"release:{name}")
+        parts = service.decide_together(plan, cause=f"release:{name}", duty=duty)
         if parts:
             log.info("scheduling released", scheduling=name)
         return _count(parts)
@@ -269,32 +295,57 @@ class SchedulingProcess:
         service = self._service
         stream = service.job(name)
         state = stream.state
-        if state.defined is None or state.status in ("completed", "failed"):
+        if state.defined is None:
             return 0
         app = batch_job.application_name(name)
         actions = 0
         if batch_job.application_to_delete(state) is not None:
             if self._apps.phase(app) != "absent":
                 self._apps.delete(app)
+                log.info("application deleted", job=name, application=app)
                 actions += 1
-        elif state.status in _LIVE and self._apps.phase(app) == "absent":
-            manifest = batch_job.application_manifest(state, namespace=self._namespace)
-            assert manifest is not None
-            self._apps.create(manifest)
+        elif (
+            state.status in _LIVE
+            and not state.application_created
+            and self._apps.phase(app) == "absent"
+        ):
+            try:
+                manifest = application_manifest(state, namespace=self._namespace)
+                assert manifest is not None
+                self._apps.create(manifest)
+            except (ManifestError, InvalidApplication) as e:
+                # No operator would run it: the job fails, and its scheduling goes on.
+                reason = str(e)
+                log.error("application refused", job=name, application=app, error=reason)
+                return actions + self._record(
+                    name,
+                    lambda at: batch_job.RecordApplicationRefused(name, reason, at=at),
+                    cause=f"refuse-application:{app}",
+                )
             log.info("application created", job=name, application=app)
-            actions += 1
+            actions += 1 + self._record(
+                name,
+                lambda at: batch_job.RecordApplicationCreated(name, at=at),
+                cause=f"create-application:{app}",
+            )
         phase = self._apps.phase(app)
+        return actions + self._record(
+            name,
+            lambda at: batch_job.ObserveApplication(name, phase, at=at),
+            cause=f"observe-application:{app}",
+        )
+
+    def _record(
+        self, job: str, command: Callable[[datetime], batch_job.JobCommand], *, cause: str
+    ) -> int:
         try:
-            decision = service.execute(
-                stream,
-                lambda at: batch_job.ObserveApplication(name, phase, at=at),
-                cause=f"observe-application:{app}",
-                duty=True,
+            decision = self._service.execute(
+                self._service.job(job), command, cause=cause, duty=True
             )
         except CommandRejected as e:
-            log.warning("could not record the application's phase", job=name, reason=e.reason)
-            return actions
-        return actions + len(decision.events)
+            log.warning("could not record the application's state", job=job, reason=e.reason)
+            return 0
+        return len(decision.events)
 
 
 def _count(parts: Sequence[Part]) -> int:

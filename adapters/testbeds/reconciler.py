@@ -4,12 +4,21 @@ One pass for a testbed (:meth:`GhostPodReconciler.reconcile`):
 
 1. list the nodes carrying the testbed's label and the testbed's pods — its ghost pods (by the
    :data:`GHOST_LABEL`) and the job pods annotated with its name — and decide ``ObserveCluster``
-   (nothing is appended when nothing changed);
+   (nothing is appended when nothing changed). A ghost pod that ended (phase ``Failed`` or
+   ``Succeeded``, or evicted by its kubelet: reason ``Evicted``) is shown as ``failed``, so the
+   domain replaces it under a fresh name; a job pod that ended holds no slot and is left out;
 2. apply :func:`fleetledger.domain.testbeds.reconcile` of the new state through the
-   :class:`~fleetledger.adapters.cluster.ClusterGateway`: delete the undesired ghost pods, then
-   create the missing ones. A pod already created (or already gone) is skipped, so a pass repeated
-   after a crash, or run twice, changes nothing more;
+   :class:`~fleetledger.adapters.cluster.ClusterGateway`: delete the undesired ghost pods, each
+   with the uid it was observed with as the delete's precondition (a newer pod that took the
+   name is left alone), then create the missing ones. A pod already created (or already gone,
+   or replaced) is skipped, so a pass repeated after a crash, or run twice, changes nothing more;
 3. observe again when it acted, so the log shows the result.
+
+Ghost pods get their priority only from their PriorityClass (:data:`GHOST_PRIORITY_CLASS`,
+value :data:`GHOST_PRIORITY`, below every job pod's): a pod may not set ``spec.priority``
+itself, and admission refuses one naming a class that does not exist. The reconciler makes sure
+the class exists before its first ghost, and again should admission refuse a ghost for want of
+it.
 
 Problems the diff reports (a node without room for its slots, conflicting pods) are logged when
 they change; they need an operator.
@@ -21,12 +30,28 @@ import threading
 
 import structlog
 
-from fleetledger.adapters.cluster import ClusterGateway, NoRoom, Pod, PodExists, PodSpec, UnknownPod
-from fleetledger.domain.testbeds import TESTBED_ANNOTATION, testbed
+from fleetledger.adapters.cluster import (
+    ClusterGateway,
+    NoRoom,
+    Pod,
+    PodExists,
+    PodSpec,
+    StalePod,
+    UnknownPod,
+    UnknownPriorityClass,
+)
+from fleetledger.domain.testbeds import SEED_TESTBED_LABEL, TESTBED_ANNOTATION, testbed
 
 from .service import TestbedsService
 
-__all__ = ["GHOST_LABEL", "POSITION_ANNOTATION", "SLOT_ANNOTATION", "GhostPodReconciler"]
+__all__ = [
+    "GHOST_LABEL",
+    "GHOST_PRIORITY",
+    "GHOST_PRIORITY_CLASS",
+    "POSITION_ANNOTATION",
+    "SLOT_ANNOTATION",
+    "GhostPodReconciler",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -34,20 +59,46 @@ GHOST_LABEL = "fleetledger.io/ghost-of"
 """Carried by every ghost pod: the name of its testbed."""
 POSITION_ANNOTATION = "fleetledger.io/position-on-node"
 SLOT_ANNOTATION = "fleetledger.io/slot-id"
-GHOST_PRIORITY = 0
-"""Ghost pods have the lowest priority: any job pod may preempt them."""
+GHOST_PRIORITY_CLASS = "fleetledger-ghost"
+"""The PriorityClass of ghost pods (created by the reconciler if absent)."""
+GHOST_PRIORITY = -1000
+"""Its value: below the default priority (0) and any job's class, so every job pod may preempt
+a ghost pod."""
 
 _ENDED = frozenset({"Succeeded", "Failed"})
+_EVICTED = "Evicted"
 
 
 class GhostPodReconciler:
     """Keeps every testbed's ghost pods as its slots want them."""
 
-    def __init__(self, service: TestbedsService, cluster: ClusterGateway) -> None:
+    def __init__(
+        self,
+        service: TestbedsService,
+        cluster: ClusterGateway,
+        *,
+        priority_class: str = GHOST_PRIORITY_CLASS,
+        priority: int = GHOST_PRIORITY,
+    ) -> None:
         self._service = service
         self._cluster = cluster
+        self._priority_class = priority_class
+        self._priority = priority
+        self._class_ensured = False
         self._problems: dict[str, tuple[str, ...]] = {}
         self._lock = threading.Lock()
+
+    def ensure_priority_class(self) -> None:
+        """Make sure the ghost pods' PriorityClass exists (once, until admission says it is
+        gone); :class:`~fleetledger.adapters.cluster.PriorityClassConflict` if it exists with
+        another value."""
+        self._cluster.ensure_priority_class(
+            self._priority_class,
+            self._priority,
+            description="fleetledger ghost pods: hold testbed slots until a job pod preempts them",
+        )
+        with self._lock:
+            self._class_ensured = True
 
     def observe(self, name: str) -> int:
         """Record what the cluster shows of the testbed; returns how many events that took."""
@@ -55,6 +106,9 @@ class GhostPodReconciler:
         defined = stream.state.defined
         if defined is None:
             return 0
+        # Taken before listing: a reservation made while the cluster is listed must not be
+        # judged against a listing that predates its pod (see ``ObserveCluster``).
+        listed_at = self._service.clock.now()
         nodes = tuple(
             testbed.ObservedNode(n.name, n.labels[defined.node_label], n.cpu_millis, n.memory_mib)
             for n in self._cluster.list_nodes(label=defined.node_label)
@@ -62,11 +116,11 @@ class GhostPodReconciler:
         pods = tuple(
             _observed(p)
             for p in self._cluster.list_pods()
-            if _belongs(p, name) and p.phase not in _ENDED
+            if _belongs(p, name) and (GHOST_LABEL in p.labels or not _ended(p))
         )
         decision = self._service.execute(
             stream,
-            lambda at: testbed.ObserveCluster(nodes, pods, at=at),
+            lambda _: testbed.ObserveCluster(nodes, pods, at=listed_at),
             cause=f"observe-cluster:{name}",
             duty=True,
         )
@@ -83,29 +137,39 @@ class GhostPodReconciler:
         self._report(name, plan.problems)
         acted = 0
         # Deletions first: a resized slot's new ghost only fits once the old one is gone.
-        for pod in plan.delete:
+        for pod, uid in plan.delete:
             try:
-                self._cluster.delete_pod(pod)
+                self._cluster.delete_pod(pod, uid=uid)
                 acted += 1
-            except UnknownPod:
+            except (UnknownPod, StalePod):
+                # Gone already, or the name is a newer pod's: the next observation decides.
                 continue
+        if plan.create:
+            with self._lock:
+                ensured = self._class_ensured
+            if not ensured:
+                self.ensure_priority_class()
         for ghost in plan.create:
+            spec = PodSpec(
+                ghost.name,
+                labels={GHOST_LABEL: name},
+                annotations={
+                    POSITION_ANNOTATION: str(ghost.position_on_node),
+                    SLOT_ANNOTATION: str(ghost.slot_id),
+                },
+                node=ghost.node,
+                cpu_millis=ghost.cpu_millis,
+                memory_mib=ghost.memory_mib,
+                owner=f"testbed/{name}",
+                priority_class_name=self._priority_class,
+            )
             try:
-                self._cluster.create_pod(
-                    PodSpec(
-                        ghost.name,
-                        labels={GHOST_LABEL: name},
-                        annotations={
-                            POSITION_ANNOTATION: str(ghost.position_on_node),
-                            SLOT_ANNOTATION: str(ghost.slot_id),
-                        },
-                        node=ghost.node,
-                        cpu_millis=ghost.cpu_millis,
-                        memory_mib=ghost.memory_mib,
-                        owner=f"testbed/{name}",
-                        priority=GHOST_PRIORITY,
-                    )
-                )
+                try:
+                    self._cluster.create_pod(spec)
+                except UnknownPriorityClass:
+                    # Deleted behind our back since we ensured it: once more, then the ghost.
+                    self.ensure_priority_class()
+                    self._cluster.create_pod(spec)
                 acted += 1
             except PodExists:
                 continue
@@ -127,9 +191,14 @@ class GhostPodReconciler:
 
 
 def _belongs(pod: Pod, name: str) -> bool:
-    return pod.labels.get(GHOST_LABEL) == name or (
-        GHOST_LABEL not in pod.labels and pod.annotations.get(TESTBED_ANNOTATION) == name
-    )
+    if GHOST_LABEL in pod.labels:
+        return pod.labels[GHOST_LABEL] == name
+    # A job's pod, by this project's annotation or the original operator's label.
+    return name in (pod.annotations.get(TESTBED_ANNOTATION), pod.labels.get(SEED_TESTBED_LABEL))
+
+
+def _ended(pod: Pod) -> bool:
+    return pod.phase in _ENDED or pod.reason == _EVICTED
 
 
 def _observed(pod: Pod) -> testbed.ObservedPod:
@@ -144,4 +213,5 @@ def _observed(pod: Pod) -> testbed.ObservedPod:
         pod.cpu_millis,
         pod.memory_mib,
         pod.terminating,
+        failed=ghost and _ended(pod),
     )

@@ -26,7 +26,7 @@ import threading
 import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
-from fleetledger.adapters.cluster import ClusterGateway
+from fleetledger.adapters.cluster import ClusterGateway, PriorityClassConflict
 from fleetledger.adapters.runtime import NoFencing, RetryPolicy, Writer
 from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
@@ -34,10 +34,16 @@ from fleetledger.eventstore import EventStore
 
 from .applications import Applications
 from .process import SchedulingProcess
-from .reconciler import GhostPodReconciler
+from .reconciler import GHOST_PRIORITY, GhostPodReconciler
 from .service import TestbedsService
 
-__all__ = ["TestbedsRuntime"]
+__all__ = ["JOB_PRIORITY", "JOB_PRIORITY_CLASS", "TestbedsRuntime"]
+
+JOB_PRIORITY_CLASS = "fleetledger-batch"
+"""The PriorityClass of the jobs' executor / task-manager pods (created if absent)."""
+JOB_PRIORITY = 1000
+"""Its value: above the ghost pods' (:data:`~.reconciler.GHOST_PRIORITY`), so a job pod preempts
+a ghost, and low enough to leave room above it for a cluster's own important workloads."""
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +65,8 @@ class TestbedsRuntime:
         manage_leadership: bool = True,
         actor: str = "fleetledger",
         namespace: str = "default",
-        priority_class: str = "fleetledger-batch",
+        priority_class: str = JOB_PRIORITY_CLASS,
+        priority: int = JOB_PRIORITY,
         scheduler_name: str = "fleetledger",
         release_completed: bool = True,
         poll_seconds: float = 1.0,
@@ -86,6 +93,9 @@ class TestbedsRuntime:
             scheduler_name=scheduler_name,
             release_completed=release_completed,
         )
+        self._cluster = cluster
+        self._job_class = (priority_class, priority)
+        self._job_class_ensured = False
         self._running = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -124,11 +134,33 @@ class TestbedsRuntime:
         changes = 0
         for name in service.testbeds():
             changes += self.reconciler.reconcile(name)
+        if service.jobs():
+            self._ensure_job_priority_class()
         for name in service.jobs():
             changes += self.process.advance_job(name)
         for name in service.schedulings():
             changes += self.process.advance(name)
         return changes
+
+    def _ensure_job_priority_class(self) -> None:
+        # Job pods name this class: without it admission refuses them, and with a priority at
+        # or below the ghosts' the kube-scheduler never preempts a ghost for them.
+        if self._job_class_ensured:
+            return
+        name, value = self._job_class
+        try:
+            self._cluster.ensure_priority_class(
+                name, value, description="fleetledger batch jobs: preempt testbed ghost pods"
+            )
+        except PriorityClassConflict as e:
+            # An administrator's own class of that name is theirs to keep; say what it means.
+            log.warning(
+                "job priority class exists with another value; keeping it (job pods preempt "
+                f"ghost pods only if it is above {GHOST_PRIORITY})",
+                priority_class=name,
+                error=str(e),
+            )
+        self._job_class_ensured = True
 
     def run_until_settled(self, *, max_passes: int = 50) -> int:
         """Passes until one changes nothing (at most ``max_passes``); returns the total."""

@@ -3,19 +3,32 @@
 Lifecycle (seed 05, "Batch Job Operator")::
 
     ready --claim--> in_queue --request--> submitted --> scheduled --> running --> completed
-      ^                 |                        |             |            |
-      +---- release ----+------------------------+-------------+------------+     (or failed)
+      ^  ^              |   ^                    |             |            |     (or failed)
+      |  |              |   +-- application disappeared -------+------------+
+      |  +-- deleted ---+------------------------+-------------+------------+----------+
+      +---- release (pending deletion of the application, then ready) -----------------+
 
 * A scheduling claims a ready job (:class:`JobClaimed`); only one scheduling holds a job, which the
   log enforces: the claim is appended with the stream's expected version.
 * The holder requests the application's creation with its slots (:class:`ApplicationRequested`);
-  :func:`application_manifest` builds the Spark or Flink resource from it.
+  the adapter's manifest builder (``fleetledger.adapters.testbeds.manifests``) makes the Spark
+  or Flink resource from it. The process records the creation (:class:`ApplicationCreated`, also
+  recorded when the application is first observed present): an application is created once per
+  request.
 * Observations of the application move the job on. ``scheduled`` (every pod has a node) and
   ``running`` may be skipped, and an application observed completed goes straight to
-  ``completed`` from any earlier state: the controller may have been down while it ran.
-* Released by its scheduling at any point, an unfinished job goes back to ``ready``; an
-  application it created must be deleted first (:func:`application_to_delete`), and the job
-  cannot be claimed again until that deletion is observed.
+  ``completed`` from any earlier state of the run: the controller may have been down while it ran.
+* An application that disappears after its creation while it ran (observed absent) sends the job
+  back to Ready (:class:`ApplicationLost`); its scheduling still holds it, so — as the original's
+  Ready state moves on at once when an active scheduling is set — it is ``in_queue`` again, and
+  the scheduling puts it back in its queue. A finished job's outcome is a fact: its application
+  may go without changing it.
+* Released by its scheduling at any point — finished or not — the job is Ready again once the
+  application it requested is deleted (the seed's release → pending deletion → ready cycle):
+  :func:`application_to_delete` names it, and the job cannot be claimed until the deletion is
+  observed. Each run that ended (released or lost) stays in ``JobState.runs``.
+* :class:`DeleteJob` is refused while a scheduling holds the job; a deleted job cannot be claimed
+  until :class:`DefineJob` defines it again.
 """
 
 from __future__ import annotations
@@ -25,31 +38,37 @@ from datetime import UTC, datetime
 from typing import Literal, TypeAlias
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.testbeds.testbed import SLOT_IDS_ANNOTATION, TESTBED_ANNOTATION
 
 __all__ = [
     "AppKind",
+    "ApplicationCreated",
     "ApplicationDeleted",
+    "ApplicationLost",
     "ApplicationPhase",
     "ApplicationRequest",
     "ApplicationRequested",
     "ClaimJob",
     "DefineJob",
+    "DeleteJob",
     "JobClaimed",
     "JobCommand",
     "JobCompleted",
     "JobDefined",
+    "JobDeleted",
     "JobEvent",
     "JobFailed",
     "JobReleased",
+    "JobRun",
     "JobRunning",
     "JobScheduled",
     "JobState",
     "JobStatus",
     "ObserveApplication",
+    "RecordApplicationCreated",
+    "RecordApplicationRefused",
     "ReleaseJob",
     "RequestCreation",
-    "application_manifest",
+    "RunOutcome",
     "application_name",
     "application_to_delete",
     "decide",
@@ -63,9 +82,10 @@ JobStatus = Literal["ready", "in_queue", "submitted", "scheduled", "running", "c
 # What the application's operator reports, reduced to what the job needs: Spark's COMPLETED and
 # Flink's Stopped are both "completed" (seed 05).
 ApplicationPhase = Literal["absent", "pending", "scheduled", "running", "completed", "failed"]
+RunOutcome = Literal["completed", "failed", "released", "lost"]
 
-_TERMINAL: frozenset[JobStatus] = frozenset({"completed", "failed"})
 _WITH_APPLICATION: frozenset[JobStatus] = frozenset({"submitted", "scheduled", "running"})
+_OUTCOMES: dict[JobStatus, RunOutcome] = {"completed": "completed", "failed": "failed"}
 
 
 def stream_name(job: str) -> str:
@@ -150,7 +170,45 @@ class ReleaseJob:
     at: datetime
 
 
-JobCommand: TypeAlias = DefineJob | ClaimJob | RequestCreation | ObserveApplication | ReleaseJob
+@dataclass(frozen=True, slots=True)
+class RecordApplicationCreated:
+    """The process created the application of the job's current request."""
+
+    job: str
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RecordApplicationRefused:
+    """The current request's application cannot be created: it could not be built, or its
+    operator refused it. The job fails with ``message``."""
+
+    job: str
+    message: str
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteJob:
+    """Delete the job: refused while a scheduling holds it, a no-op once deleted."""
+
+    name: str
+    _: KW_ONLY
+    at: datetime
+
+
+JobCommand: TypeAlias = (
+    DefineJob
+    | ClaimJob
+    | RequestCreation
+    | ObserveApplication
+    | ReleaseJob
+    | RecordApplicationCreated
+    | RecordApplicationRefused
+    | DeleteJob
+)
 
 
 # -- events --------------------------------------------------------------------------------------
@@ -239,6 +297,32 @@ class ApplicationDeleted:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ApplicationCreated:
+    """The application of the current request exists (created by the process, or first seen)."""
+
+    job: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApplicationLost:
+    """The application disappeared while the job ran: the job is Ready again and, still held by
+    ``scheduling``, back in its queue."""
+
+    job: str
+    scheduling: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobDeleted:
+    """The job is deleted; defining it again re-creates it."""
+
+    name: str
+    at: datetime
+
+
 JobEvent: TypeAlias = (
     JobDefined
     | JobClaimed
@@ -249,6 +333,9 @@ JobEvent: TypeAlias = (
     | JobFailed
     | JobReleased
     | ApplicationDeleted
+    | ApplicationCreated
+    | ApplicationLost
+    | JobDeleted
 )
 
 
@@ -256,18 +343,36 @@ JobEvent: TypeAlias = (
 
 
 @dataclass(frozen=True, slots=True)
+class JobRun:
+    """One earlier run of the job: who ran it on which slots, when, and how it ended."""
+
+    scheduling: str
+    slot_ids: tuple[int, ...]
+    requested_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    outcome: RunOutcome
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobState:
-    """One job."""
+    """One job. ``started_at``/``completed_at``/``message`` describe the current run, or the
+    last one until the next request; ``runs`` keeps every run that ended."""
 
     defined: JobDefined | None = None
     status: JobStatus = "ready"
     holder: str | None = None
     application: ApplicationRequested | None = None
-    """The current (or last, for a finished job) application request."""
+    """The current run's application request (``None`` once released or lost)."""
+    application_created: bool = False
+    """Whether the current request's application was created."""
     deleting_application: bool = False
     started_at: datetime | None = None
     completed_at: datetime | None = None
     message: str = ""
+    runs: tuple[JobRun, ...] = ()
+    deleted: bool = False
 
 
 def initial_state() -> JobState:
@@ -278,11 +383,22 @@ def initial_state() -> JobState:
 def evolve(state: JobState, event: JobEvent) -> JobState:
     """Apply one event. Events are facts: nothing here refuses them."""
     if isinstance(event, JobDefined):
-        return JobState(defined=event)
+        # A job defined again after its deletion keeps its history and any deletion still due.
+        return replace(state, defined=event, deleted=False, status="ready", holder=None)
     if isinstance(event, JobClaimed):
         return replace(state, status="in_queue", holder=event.scheduling)
     if isinstance(event, ApplicationRequested):
-        return replace(state, status="submitted", application=event)
+        return replace(
+            state,
+            status="submitted",
+            application=event,
+            application_created=False,
+            started_at=None,
+            completed_at=None,
+            message="",
+        )
+    if isinstance(event, ApplicationCreated):
+        return replace(state, application_created=True)
     if isinstance(event, JobScheduled):
         return replace(state, status="scheduled")
     if isinstance(event, JobRunning):
@@ -292,18 +408,45 @@ def evolve(state: JobState, event: JobEvent) -> JobState:
     if isinstance(event, JobFailed):
         return replace(state, status="failed", completed_at=event.at, message=event.message)
     if isinstance(event, JobReleased):
-        if state.status in _TERMINAL:
-            return replace(state, holder=None)
         return replace(
             state,
             status="ready",
             holder=None,
             application=None,
-            deleting_application=event.delete_application,
+            application_created=False,
+            deleting_application=state.deleting_application or event.delete_application,
+            runs=_with_run(state, _OUTCOMES.get(state.status, "released")),
+        )
+    if isinstance(event, ApplicationLost):
+        return replace(
+            state,
+            status="in_queue" if state.holder is not None else "ready",
+            application=None,
+            application_created=False,
+            runs=_with_run(state, "lost"),
         )
     if isinstance(event, ApplicationDeleted):
         return replace(state, deleting_application=False)
+    if isinstance(event, JobDeleted):
+        return replace(state, deleted=True)
     raise TypeError(f"not a batch job event: {event!r}")
+
+
+def _with_run(state: JobState, outcome: RunOutcome) -> tuple[JobRun, ...]:
+    """The runs with the current one ended as ``outcome`` (unchanged without a request)."""
+    requested = state.application
+    if requested is None:
+        return state.runs
+    run = JobRun(
+        requested.scheduling,
+        requested.request.slot_ids,
+        requested.at,
+        state.started_at,
+        state.completed_at,
+        outcome,
+        state.message,
+    )
+    return (*state.runs, run)
 
 
 # -- queries -------------------------------------------------------------------------------------
@@ -316,80 +459,6 @@ def application_to_delete(state: JobState) -> str | None:
     return application_name(state.defined.name)
 
 
-def application_manifest(state: JobState, *, namespace: str) -> dict[str, object] | None:
-    """The Spark or Flink resource to create for a submitted job (``None`` before a request).
-
-    The executor (Spark) or task manager (Flink) pods get the slot size as resource requests,
-    one replica per slot, the priority class (without one the kube-scheduler never preempts a
-    ghost pod), the scheduler name (without it the default scheduler ignores the extender), the
-    slot ids and testbed as annotations for the extender, and a node affinity to the slots' nodes.
-    """
-    defined, requested = state.defined, state.application
-    if defined is None or requested is None:
-        return None
-    request = requested.request
-    pod = {
-        "schedulerName": request.scheduler_name,
-        "priorityClassName": request.priority_class,
-        "annotations": {
-            TESTBED_ANNOTATION: request.testbed,
-            SLOT_IDS_ANNOTATION: ",".join(str(s) for s in request.slot_ids),
-        },
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {
-                                    "key": "kubernetes.io/hostname",
-                                    "operator": "In",
-                                    "values": list(request.nodes),
-                                }
-                            ]
-                        }
-                    ]
-                }
-            }
-        },
-    }
-    metadata = {"name": application_name(defined.name), "namespace": namespace}
-    cpu, memory = f"{request.cpu_millis}m", f"{request.memory_mib}Mi"
-    if defined.kind == "spark":
-        return {
-            "apiVersion": "sparkoperator.k8s.io/v1beta2",
-            "kind": "SparkApplication",
-            "metadata": metadata,
-            "spec": {
-                "type": "Scala",
-                "mode": "cluster",
-                "image": defined.image,
-                "mainApplicationFile": defined.main_file,
-                "arguments": list(defined.arguments),
-                "executor": {
-                    **pod,
-                    "instances": requested.replication,
-                    "coreRequest": cpu,
-                    "memory": memory,
-                },
-            },
-        }
-    return {
-        "apiVersion": "flinkoperator.k8s.io/v1beta1",
-        "kind": "FlinkCluster",
-        "metadata": metadata,
-        "spec": {
-            "image": {"name": defined.image},
-            "job": {"jarFile": defined.main_file, "args": list(defined.arguments)},
-            "taskManager": {
-                **pod,
-                "replicas": requested.replication,
-                "resources": {"requests": {"cpu": cpu, "memory": memory}},
-            },
-        },
-    }
-
-
 # -- decide --------------------------------------------------------------------------------------
 
 
@@ -399,21 +468,35 @@ def decide(state: JobState, command: JobCommand) -> list[JobEvent]:
     at = _utc(command.at)
     if isinstance(command, DefineJob):
         return _decide_define(state, command, at)
+    name = command.name if isinstance(command, DeleteJob) else command.job
     defined = state.defined
     if defined is None:
-        raise Rejected(f"job {command.job} does not exist; define it first")
-    if command.job != defined.name:
-        raise InvalidCommand(f"command for job {command.job} sent to the stream of {defined.name}")
-    if isinstance(command, ClaimJob):
-        return _decide_claim(state, command, at)
-    if isinstance(command, RequestCreation):
-        return _decide_request(state, command, at)
+        raise Rejected(f"job {name} does not exist; define it first")
+    if name != defined.name:
+        raise InvalidCommand(f"command for job {name} sent to the stream of {defined.name}")
+    if isinstance(command, DeleteJob):
+        return _decide_delete(state, command, at)
     if isinstance(command, ObserveApplication):
+        # Still decided for a deleted job: the deletion of its application must be recorded.
         return _decide_observe(state, command, at)
     if isinstance(command, ReleaseJob):
         if state.holder != command.scheduling:
             return []
-        return [JobReleased(command.job, command.scheduling, state.status in _WITH_APPLICATION, at)]
+        return [JobReleased(command.job, command.scheduling, state.application is not None, at)]
+    if state.deleted:
+        raise Rejected(f"job {name} is deleted; define it again to use it")
+    if isinstance(command, ClaimJob):
+        return _decide_claim(state, command, at)
+    if isinstance(command, RequestCreation):
+        return _decide_request(state, command, at)
+    if isinstance(command, RecordApplicationCreated):
+        if state.status not in _WITH_APPLICATION or state.application_created:
+            return []
+        return [ApplicationCreated(command.job, at)]
+    if isinstance(command, RecordApplicationRefused):
+        if state.status not in _WITH_APPLICATION or state.application_created:
+            return []
+        return [JobFailed(command.job, command.message, at)]
     raise InvalidCommand(f"a batch job does not handle {type(command).__name__}")
 
 
@@ -438,9 +521,26 @@ def _decide_define(state: JobState, command: DefineJob, at: datetime) -> list[Jo
     )
     if state.defined is None:
         return [event]
+    if state.defined.name != command.name:
+        raise InvalidCommand(
+            f"command for job {command.name} sent to the stream of {state.defined.name}"
+        )
+    if state.deleted:
+        return [event]
     if replace(state.defined, at=at) == event:
         return []
     raise Rejected(f"job {command.name} already exists with another spec; use a new name")
+
+
+def _decide_delete(state: JobState, command: DeleteJob, at: datetime) -> list[JobEvent]:
+    if state.deleted:
+        return []
+    if state.holder is not None:
+        raise Rejected(
+            f"job {command.name} is held by scheduling {state.holder}; "
+            "release that scheduling first"
+        )
+    return [JobDeleted(command.name, at)]
 
 
 def _decide_claim(state: JobState, command: ClaimJob, at: datetime) -> list[JobEvent]:
@@ -450,10 +550,6 @@ def _decide_claim(state: JobState, command: ClaimJob, at: datetime) -> list[JobE
         raise Rejected(
             f"job {command.job} is held by scheduling {state.holder}; "
             "wait until that scheduling releases it"
-        )
-    if state.status in _TERMINAL:
-        raise Rejected(
-            f"job {command.job} already {state.status}; define a new job to run it again"
         )
     if state.deleting_application:
         raise Rejected(
@@ -483,19 +579,26 @@ def _decide_request(state: JobState, command: RequestCreation, at: datetime) -> 
 
 def _decide_observe(state: JobState, command: ObserveApplication, at: datetime) -> list[JobEvent]:
     status, phase = state.status, command.phase
-    if status in _TERMINAL:
-        return []
-    if phase == "completed":
-        return [JobCompleted(command.job, at)]
     if phase == "absent":
-        return [ApplicationDeleted(command.job, at)] if state.deleting_application else []
-    if status not in _WITH_APPLICATION:
-        # Without a request of ours, a live application is not this job's run yet.
+        if state.deleting_application:
+            return [ApplicationDeleted(command.job, at)]
+        if status in _WITH_APPLICATION and state.application_created and state.holder:
+            return [ApplicationLost(command.job, state.holder, at)]
         return []
-    if phase == "failed":
-        return [JobFailed(command.job, command.message, at)]
-    if phase == "running" and status != "running":
-        return [JobRunning(command.job, at)]
-    if phase == "scheduled" and status == "submitted":
-        return [JobScheduled(command.job, at)]
-    return []
+    if status not in _WITH_APPLICATION:
+        # Without a request of this run, a live application is not this job's run: a finished
+        # job's outcome stays, and a released job's old application is only waited on to go.
+        return []
+    events: list[JobEvent] = []
+    if not state.application_created:
+        # Present, so created: a crash between creating it and recording that is healed here.
+        events.append(ApplicationCreated(command.job, at))
+    if phase == "completed":
+        events.append(JobCompleted(command.job, at))
+    elif phase == "failed":
+        events.append(JobFailed(command.job, command.message, at))
+    elif phase == "running" and status != "running":
+        events.append(JobRunning(command.job, at))
+    elif phase == "scheduled" and status == "submitted":
+        events.append(JobScheduled(command.job, at))
+    return events

@@ -7,7 +7,9 @@ first free slot (by id) from the pod's list, and then
 
 * ``filter`` answers with that slot's node only (none free: no node, and the reason for each
   candidate, so the kube-scheduler falls back to preemption);
-* ``preempt`` answers with that slot's node and, as the victim, the slot's ghost pod.
+* ``preempt`` answers with that slot's node and, as the victim, the slot's ghost pod — and no node
+  when that slot has no ghost pod left to evict (the kube-scheduler refuses a preemption answer
+  without victims) or lies off the candidate nodes the scheduler sent.
 
 A new reservation is a :class:`~fleetledger.domain.testbeds.SlotReserved` event the caller must
 append to the testbed's stream with its expected version *before* answering: two pods racing for
@@ -90,15 +92,41 @@ def filter_pod(
     return FilterDecision((slot.node,), failed, events)
 
 
-def preempt_pod(state: testbed.TestbedState, pod: PodToPlace, *, at: datetime) -> PreemptDecision:
+def preempt_pod(
+    state: testbed.TestbedState,
+    pod: PodToPlace,
+    *,
+    at: datetime,
+    candidate_nodes: tuple[str, ...] | None = None,
+) -> PreemptDecision:
     """The extender's ``preempt``: the node of the pod's slot, reserving one if it has none, and
     that slot's ghost pod as the victim.
 
-    The kube-scheduler's own candidate nodes are ignored: it stops simulating at the first
-    possible preemption, so only the preemptor pod carries information (seed 05).
+    ``candidate_nodes`` are the nodes the kube-scheduler offered (the keys of its
+    ``NodeNameToVictims``/``NodeNameToMetaVictims``; ``None``: any node): a new reservation is
+    made only there, as the original does. The scheduler stops simulating at the first possible
+    preemption, so beyond them only the preemptor pod carries information (seed 05).
     """
-    slot, events, reason = _reserve(state, pod, None, at)
+    slot, events, reason = _reserve(state, pod, candidate_nodes, at)
     if slot is None:
         return PreemptDecision(None, (), (), reason)
+    if candidate_nodes is not None and slot.node not in candidate_nodes:
+        return PreemptDecision(
+            None,
+            (),
+            events,
+            f"pod {pod.name} has slot {slot.slot_id}, which is on node {slot.node}, not among "
+            "the candidate nodes",
+        )
     ghost = slot.ghost_pod
-    return PreemptDecision(slot.node, () if ghost is None else (ghost.uid,), events)
+    if ghost is None:
+        # A preemption answer must name victims; without a ghost pod in the slot there is
+        # nothing to evict, and the pod fits (or waits) without preempting.
+        return PreemptDecision(
+            None,
+            (),
+            events,
+            f"slot {slot.slot_id} on node {slot.node}, reserved for pod {pod.name}, has no ghost "
+            "pod left to evict; the pod is placed by filter once the node has room",
+        )
+    return PreemptDecision(slot.node, (ghost.uid,), events)

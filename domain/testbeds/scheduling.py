@@ -23,6 +23,17 @@ application (:class:`~fleetledger.domain.testbeds.RequestCreation`, appended wit
 scheduled — slot reservation is not instantaneous, so the free slots are only known again then —
 and returns to ``submission`` while the queue is not empty.
 
+**Never stuck with every slot free.** A job that no state of the testbed can run — it needs more
+slots than the testbed has that can hold a job, or names slots it does not have — is recorded
+(:class:`SchedulingBlocked`, ``SchedulingState.blocked``) when :class:`AssignSlots` carries the
+testbed's usable slots, and the record is lifted (:class:`SchedulingUnblocked`) once the testbed
+can run it. The testbed may grow, so such a scheduling is not refused at creation; it waits,
+saying why.
+
+**Lost applications.** A started job whose application disappeared is back in the queue
+(:class:`ObserveJobs` sees it ``in_queue`` again and records :class:`JobRequeued`): it keeps its
+place in the queue as given and starts again on the slots free then.
+
 **Completion.** With the queue empty it awaits its jobs; when all have finished (completed or
 failed) it is ``completed``; once released (:class:`ReleaseScheduling`, which the host fans out as
 :class:`~fleetledger.domain.testbeds.ReleaseJob` and
@@ -64,6 +75,7 @@ __all__ = [
     "CreateScheduling",
     "ExtendQueue",
     "HoldingsReleased",
+    "JobRequeued",
     "JobsAssigned",
     "Mode",
     "ObserveJobs",
@@ -75,9 +87,11 @@ __all__ = [
     "SchedulingCommand",
     "SchedulingCompleted",
     "SchedulingCreated",
+    "SchedulingBlocked",
     "SchedulingEvent",
     "SchedulingReleased",
     "SchedulingState",
+    "SchedulingUnblocked",
     "SlotItem",
     "SubmissionConfirmed",
     "decide",
@@ -122,26 +136,51 @@ class Assignment:
 # -- the strategies ------------------------------------------------------------------------------
 
 
-def queue_assignments(queue: Sequence[str], free_slots: Iterable[int]) -> tuple[Assignment, ...]:
-    """Queue-based: a job named k times has replication k; the longest prefix of the queue that
-    holds every occurrence of each of its jobs and fits the free slots is started, each job on
-    the free slots (ascending) at the indices where it appears.
+def queue_assignments(
+    queue: Sequence[str], free_slots: Iterable[int], *, capacity: int | None = None
+) -> tuple[Assignment, ...]:
+    """Queue-based, as the original: a job named k times has replication k.
+
+    The runnable jobs are the longest prefix of the queue's distinct jobs whose replications,
+    summed in queue order, fit the free slots. They start one after another; each takes the free
+    slots (ascending) at the indexes where it appears in the queue, and it and its slots then
+    leave the queue and the free slots before the next job's indexes are read.
+
+    A job whose last index lies past the free slots waits, and the jobs after it with it, while
+    that many slots can still come free (``capacity``, the slots that can ever be free at once;
+    ``None``: only those free now): the positions the queue asks for are honoured then. When no
+    state of the testbed has that many, waiting would never end — the original stops there for
+    good — so the occurrences past the end take the lowest free slots left, and the job starts.
 
     Over free slots 0–7, ``[j2, j1, j1, j2, j1, j2, j1, j2]`` starts j2 on 0, 3, 5, 7 and j1 on
-    1, 2, 4, 6; one more j2 needs index 8, which does not exist, so nothing starts.
+    1, 2, 4, 6. ``[a, b, a, b]`` over three free slots starts a on the first and third; b follows
+    on the slots free once a is done.
     """
-    free = sorted(free_slots)
-    total = Counter(queue)
-    seen: Counter[str] = Counter()
-    runnable = 0
-    for index, job in enumerate(queue[: len(free)]):
-        seen[job] += 1
-        if all(seen[j] == total[j] for j in seen):
-            runnable = index + 1
-    slots_of: dict[str, list[int]] = {}
-    for index, job in enumerate(queue[:runnable]):
-        slots_of.setdefault(job, []).append(free[index])
-    return tuple(Assignment(job, tuple(ids)) for job, ids in slots_of.items())
+    free = sorted(set(free_slots))
+    ceiling = len(free) if capacity is None else max(capacity, len(free))
+    pending = list(queue)
+    counts = Counter(pending)
+    runnable: list[str] = []
+    needed = 0
+    for job in dict.fromkeys(pending):
+        needed += counts[job]
+        if needed > len(free):
+            break
+        runnable.append(job)
+    started: list[Assignment] = []
+    for job in runnable:
+        indexes = [i for i, j in enumerate(pending) if j == job]
+        inside = [free[i] for i in indexes if i < len(free)]
+        if len(inside) < len(indexes):
+            if indexes[-1] < ceiling:
+                break
+            rest = [slot for slot in free if slot not in inside]
+            inside += rest[: len(indexes) - len(inside)]
+        taken = set(inside)
+        started.append(Assignment(job, tuple(sorted(taken))))
+        pending = [j for j in pending if j != job]
+        free = [slot for slot in free if slot not in taken]
+    return tuple(started)
 
 
 def slot_assignments(
@@ -200,11 +239,17 @@ class RecordClaimConflict:
 
 @dataclass(frozen=True, slots=True)
 class AssignSlots:
-    """Start what can start on the testbed's free slots now."""
+    """Start what can start on the testbed's free slots now.
+
+    ``usable_slots``: every slot of the testbed that can hold a job, free or not (``None``: not
+    known). With it, a queue that asks for positions past the free slots waits only while those
+    positions can come free, and a job no state of the testbed can run is recorded as blocked.
+    """
 
     free_slots: tuple[int, ...]
     _: KW_ONLY
     at: datetime
+    usable_slots: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +375,32 @@ class SchedulingReleased:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class JobRequeued:
+    """A started job lost its application: it is back in the queue, at its place."""
+
+    job: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingBlocked:
+    """``job`` can never start on the testbed as it is: why, and what would unblock it."""
+
+    job: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingUnblocked:
+    """The job recorded as blocked can start on the testbed as it is now (or left the queue)."""
+
+    job: str
+    at: datetime
+
+
 SchedulingEvent: TypeAlias = (
     SchedulingCreated
     | ClaimsGranted
@@ -340,6 +411,9 @@ SchedulingEvent: TypeAlias = (
     | SchedulingCompleted
     | QueueExtended
     | SchedulingReleased
+    | JobRequeued
+    | SchedulingBlocked
+    | SchedulingUnblocked
 )
 
 
@@ -348,7 +422,8 @@ SchedulingEvent: TypeAlias = (
 
 @dataclass(frozen=True, slots=True)
 class SchedulingState:
-    """One scheduling. ``queue``/``items`` hold what is still to start."""
+    """One scheduling. ``queue``/``items`` hold what is still to start; ``assignments`` the jobs
+    started and not lost since."""
 
     created: SchedulingCreated | None = None
     phase: Phase = "new"
@@ -362,6 +437,11 @@ class SchedulingState:
     round: tuple[str, ...] = ()
     """The jobs started in the last round, awaiting confirmation."""
     last_conflict: ClaimConflicted | None = None
+    planned_queue: tuple[str, ...] = ()
+    planned_items: tuple[SlotItem, ...] = ()
+    """The queue and items as created and extended: where a requeued job returns to."""
+    blocked: SchedulingBlocked | None = None
+    """The job the testbed cannot run as it is, if any, and why."""
 
 
 def initial_state() -> SchedulingState:
@@ -377,6 +457,15 @@ def _after_confirmation(state: SchedulingState) -> Phase:
     return "submission" if state.queue or state.items else "awaiting_completion"
 
 
+def _still_to_start(state: SchedulingState) -> SchedulingState:
+    started = {a.job for a in state.assignments}
+    return replace(
+        state,
+        queue=tuple(j for j in state.planned_queue if j not in started),
+        items=tuple(i for i in state.planned_items if i.job not in started),
+    )
+
+
 def evolve(state: SchedulingState, event: SchedulingEvent) -> SchedulingState:
     """Apply one event. Events are facts: nothing here refuses them."""
     if isinstance(event, SchedulingCreated):
@@ -386,6 +475,8 @@ def evolve(state: SchedulingState, event: SchedulingEvent) -> SchedulingState:
             jobs=_jobs_of(event.queue, event.items),
             queue=event.queue,
             items=event.items,
+            planned_queue=event.queue,
+            planned_items=event.items,
         )
     if isinstance(event, ClaimsGranted):
         state = replace(
@@ -405,14 +496,13 @@ def evolve(state: SchedulingState, event: SchedulingEvent) -> SchedulingState:
             holds_testbed=state.holds_testbed and not event.testbed,
         )
     if isinstance(event, JobsAssigned):
-        started = {a.job for a in event.assignments}
-        return replace(
-            state,
-            phase="confirmation",
-            queue=tuple(j for j in state.queue if j not in started),
-            items=tuple(i for i in state.items if i.job not in started),
-            assignments=(*state.assignments, *event.assignments),
-            round=tuple(a.job for a in event.assignments),
+        return _still_to_start(
+            replace(
+                state,
+                phase="confirmation",
+                assignments=(*state.assignments, *event.assignments),
+                round=tuple(a.job for a in event.assignments),
+            )
         )
     if isinstance(event, SubmissionConfirmed):
         return replace(state, phase=_after_confirmation(state), round=())
@@ -428,9 +518,30 @@ def evolve(state: SchedulingState, event: SchedulingEvent) -> SchedulingState:
             jobs=(*state.jobs, *_jobs_of(event.queue, event.items)),
             queue=(*state.queue, *event.queue),
             items=(*state.items, *event.items),
+            planned_queue=(*state.planned_queue, *event.queue),
+            planned_items=(*state.planned_items, *event.items),
         )
     if isinstance(event, SchedulingReleased):
         return replace(state, phase="finished", held_jobs=frozenset(), holds_testbed=False)
+    if isinstance(event, JobRequeued):
+        round_left = tuple(j for j in state.round if j != event.job)
+        phase = state.phase
+        if phase in ("awaiting_completion", "completed") or (
+            phase == "confirmation" and not round_left
+        ):
+            phase = "submission"
+        return _still_to_start(
+            replace(
+                state,
+                phase=phase,
+                round=round_left,
+                assignments=tuple(a for a in state.assignments if a.job != event.job),
+            )
+        )
+    if isinstance(event, SchedulingBlocked):
+        return replace(state, blocked=event)
+    if isinstance(event, SchedulingUnblocked):
+        return replace(state, blocked=None)
     raise TypeError(f"not a scheduling event: {event!r}")
 
 
@@ -561,11 +672,17 @@ def _decide_assign(
         raise Rejected(f"scheduling {created.name} is in {state.phase}; it assigns in submission")
     if len(set(command.free_slots)) != len(command.free_slots):
         raise InvalidCommand(f"free slots must be distinct, got {list(command.free_slots)}")
+    usable = command.usable_slots
     held = state.held_jobs
+    assignments: tuple[Assignment, ...]
     if created.mode == "queue":
         # A job not claimed yet (online extension) ends the runnable prefix where it first appears.
         cut = next((i for i, j in enumerate(state.queue) if j not in held), len(state.queue))
-        assignments = queue_assignments(state.queue[:cut], command.free_slots)
+        assignments = queue_assignments(
+            state.queue[:cut],
+            command.free_slots,
+            capacity=None if usable is None else len(set(usable)),
+        )
     else:
         strict = created.mode == "slots_strict"
         items = state.items
@@ -574,7 +691,48 @@ def _decide_assign(
         else:
             items = tuple(it for it in items if it.job in held)
         assignments = slot_assignments(items, command.free_slots, strict=strict)
-    return [JobsAssigned(assignments, at)] if assignments else []
+    events: list[SchedulingEvent] = []
+    if assignments:
+        events.append(JobsAssigned(assignments, at))
+    if usable is not None:
+        events.extend(_blockage(state, created, set(usable), at))
+    return events
+
+
+def _blockage(
+    state: SchedulingState, created: SchedulingCreated, usable: set[int], at: datetime
+) -> list[SchedulingEvent]:
+    """Record the first job still to start that no state of the testbed can run, or lift the
+    record once there is none."""
+    found: tuple[str, str] | None = None
+    if created.mode == "queue":
+        counts = Counter(state.queue)
+        for job in dict.fromkeys(state.queue):
+            if counts[job] > len(usable):
+                found = (
+                    job,
+                    f"job {job} needs {counts[job]} slots but testbed {created.testbed} has "
+                    f"{len(usable)} that can hold a job; grow the testbed (label more nodes, "
+                    "raise slots_per_node) or release this scheduling",
+                )
+                break
+    else:
+        for item in state.items:
+            missing = sorted(set(item.slot_ids) - usable)
+            if missing:
+                found = (
+                    item.job,
+                    f"job {item.job} names slots {', '.join(map(str, missing))} that testbed "
+                    f"{created.testbed} does not have (or cannot use); grow the testbed or "
+                    "release this scheduling",
+                )
+                break
+    current = state.blocked
+    if found is None:
+        return [] if current is None else [SchedulingUnblocked(current.job, at)]
+    if current is not None and (current.job, current.reason) == found:
+        return []
+    return [SchedulingBlocked(found[0], found[1], at)]
 
 
 def _decide_observe(
@@ -582,6 +740,16 @@ def _decide_observe(
 ) -> list[SchedulingEvent]:
     events: list[SchedulingEvent] = []
     statuses = command.statuses
+    # A started job is in_queue again only when its application disappeared (its request and
+    # the assignment are appended together, so a started job is never seen in_queue before).
+    for assignment in state.assignments:
+        if statuses.get(assignment.job) == "in_queue":
+            requeued = JobRequeued(
+                assignment.job, "its application disappeared; it starts again", at
+            )
+            events.append(requeued)
+    for event in events:
+        state = evolve(state, event)
     if state.phase == "confirmation" and all(statuses.get(j) in _SCHEDULED for j in state.round):
         confirmed = SubmissionConfirmed(state.round, at)
         events.append(confirmed)

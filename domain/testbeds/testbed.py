@@ -5,9 +5,12 @@ label (seed 05, "Slot Operator"). Each slot is held by a *ghost pod* that reques
 resources, so the capacity stays reserved while no job uses it; a job's pod takes a slot by
 preempting its ghost pod (see :mod:`fleetledger.domain.testbeds.extender`).
 
-Slot ids number the slots round-robin across nodes: sort by position on node, then by node (label
-value, then name), so consecutive ids spread over the nodes. Two nodes of two slots give
-``0 → (n1, 0)``, ``1 → (n2, 0)``, ``2 → (n1, 1)``, ``3 → (n2, 1)``.
+Slot ids number the slots round-robin across nodes: sort by position on node, then by node, so
+consecutive ids spread over the nodes. Two nodes of two slots give ``0 → (n1, 0)``,
+``1 → (n2, 0)``, ``2 → (n1, 1)``, ``3 → (n2, 1)``. Nodes are ordered by the value of the testbed's
+label, which the original parses as the node's number: values that are whole numbers compare as
+numbers (node ``2`` before node ``10``); values that are not come after every numeric one, in
+string order; equal values fall back to the node's name.
 
 Slot states (:func:`slots`)::
 
@@ -15,7 +18,8 @@ Slot states (:func:`slots`)::
     free       one ghost pod holds it and no pod has reserved it
     reserved   a named pod reserved it (the extender's choice) and is not bound yet
     occupied   the reserving pod runs on the slot's node
-    error      conflicting pods: two ghost pods, or the reserving pod bound to another node
+    error      conflicting pods (two ghost pods, or the reserving pod bound to another node), or
+               its node has no room for the testbed's slots
 
 ``creating`` is not one of the original's states: a slot whose ghost pod is missing is neither free
 (nothing holds its resources) nor in error (the reconciler is about to create it).
@@ -24,10 +28,27 @@ What the cluster looks like is a fact recorded with :class:`ClusterObserved`; th
 is then the pure diff :func:`reconcile` of desired against observed ghost pods. Reservations are
 events (:class:`SlotReserved`) appended with the stream's expected version, so two pods can never
 reserve one slot. A scheduling holds the whole testbed while it runs (:class:`TestbedClaimed`).
+
+**Ghost pod names.** A ghost pod's name says where it stands and its size (:func:`ghost_pod_name`),
+plus a per-slot *generation*: a ghost observed failed or evicted (``ObservedPod.failed``) under the
+slot's current name moves that slot to the next generation, so its replacement gets a fresh name
+that never collides with the failed pod object (which may linger). The generation is folded from
+the recorded observations only, so a pass repeated after a crash computes the same name and never
+creates a second ghost.
+
+**Problems.** What needs an operator — a node without room for its slots (its ghosts are deleted
+and none created there), a slot in error — is decided with every :class:`ObserveCluster` and
+recorded on the testbed when it changes (:class:`ProblemsReported`, ``TestbedState.problems``).
+
+**Deletion.** :class:`DeleteTestbed` is refused while a scheduling holds the testbed. A deleted
+testbed has no slots (the extender finds none), its reconciliation deletes every ghost pod, and it
+refuses every command but :class:`DefineTestbed`, which re-creates it, and :class:`ObserveCluster`,
+so the log keeps showing the ghosts go.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import UTC, datetime
@@ -39,15 +60,19 @@ __all__ = [
     "ClaimTestbed",
     "ClusterObserved",
     "DefineTestbed",
+    "DeleteTestbed",
     "GhostPod",
     "ObserveCluster",
     "ObservedNode",
     "ObservedPod",
     "OverallState",
+    "ProblemsReported",
     "ReconcilePlan",
     "ReleaseTestbed",
     "ReservationCleared",
     "ReserveSlot",
+    "SEED_SLOT_IDS_LABEL",
+    "SEED_TESTBED_LABEL",
     "SLOT_IDS_ANNOTATION",
     "Slot",
     "SlotReserved",
@@ -56,12 +81,14 @@ __all__ = [
     "TestbedClaimed",
     "TestbedCommand",
     "TestbedDefined",
+    "TestbedDeleted",
     "TestbedEvent",
     "TestbedReleased",
     "TestbedState",
     "decide",
     "evolve",
     "free_slot_ids",
+    "ghost_generation",
     "ghost_pod_name",
     "initial_state",
     "nodes_of",
@@ -70,6 +97,7 @@ __all__ = [
     "reservation_of",
     "slots",
     "stream_name",
+    "usable_slot_ids",
 ]
 
 SlotStatus = Literal["creating", "free", "reserved", "occupied", "error"]
@@ -79,6 +107,10 @@ OverallState = Literal["running", "success", "in_progress", "error"]
 # testbed's name and the comma-separated slot ids of the whole application.
 TESTBED_ANNOTATION = "fleetledger.io/testbed"
 SLOT_IDS_ANNOTATION = "fleetledger.io/slot-ids"
+# The original operator's pod labels for the same (its testbed is a "Slots" resource; a label
+# value cannot hold commas, so its slot ids are joined by "_"): pods written for it work as well.
+SEED_TESTBED_LABEL = "batchjob.tuberlin.de/slots-resource-name"
+SEED_SLOT_IDS_LABEL = "batchjob.tuberlin.de/slots-ids"
 
 
 def stream_name(testbed: str) -> str:
@@ -106,6 +138,8 @@ class ObservedPod:
 
     Ghost pods carry their ``position_on_node`` and resources; a job's pod is known by name and is
     attributed to a slot through its reservation. ``node`` is ``None`` while the pod is unbound.
+    ``failed``: a ghost pod that ended (phase Failed or Succeeded) or was evicted; it holds no
+    slot and is replaced under a fresh name.
     """
 
     name: str
@@ -116,6 +150,7 @@ class ObservedPod:
     cpu_millis: int = 0
     memory_mib: int = 0
     terminating: bool = False
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +208,15 @@ class ReserveSlot:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteTestbed:
+    """Delete the testbed: refused while a scheduling holds it, a no-op once deleted."""
+
+    name: str
+    _: KW_ONLY
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimTestbed:
     """A scheduling takes the testbed (appended atomically with its job claims)."""
 
@@ -191,7 +235,7 @@ class ReleaseTestbed:
 
 
 TestbedCommand: TypeAlias = (
-    DefineTestbed | ObserveCluster | ReserveSlot | ClaimTestbed | ReleaseTestbed
+    DefineTestbed | ObserveCluster | ReserveSlot | ClaimTestbed | ReleaseTestbed | DeleteTestbed
 )
 
 
@@ -261,6 +305,22 @@ class TestbedReleased:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ProblemsReported:
+    """What needs an operator changed: these are the testbed's problems now (``()``: none)."""
+
+    problems: tuple[str, ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TestbedDeleted:
+    """The testbed is deleted: no slots, every ghost pod goes."""
+
+    name: str
+    at: datetime
+
+
 TestbedEvent: TypeAlias = (
     TestbedDefined
     | ClusterObserved
@@ -268,6 +328,8 @@ TestbedEvent: TypeAlias = (
     | ReservationCleared
     | TestbedClaimed
     | TestbedReleased
+    | ProblemsReported
+    | TestbedDeleted
 )
 
 
@@ -285,6 +347,11 @@ class TestbedState:
     observed_at: datetime | None = None
     reservations: Mapping[tuple[str, int], SlotReserved] = field(default_factory=dict)
     holder: str | None = None
+    problems: tuple[str, ...] = ()
+    """What needs an operator, as last reported (:class:`ProblemsReported`)."""
+    deleted: bool = False
+    generations: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    """Per (node, position): how many of the slot's ghost pods were observed failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,8 +372,9 @@ class ReconcilePlan:
     """What the reconciler must do to make observed ghost pods match the desired ones."""
 
     create: tuple[GhostPod, ...]
-    delete: tuple[str, ...]
-    """Names of pods to delete."""
+    delete: tuple[tuple[str, str], ...]
+    """(name, uid) of each pod to delete: the uid is the delete's precondition, so a stale
+    decision never removes a newer pod that took the name."""
     problems: tuple[str, ...]
     """What the reconciler cannot fix by itself, for an operator to read."""
 
@@ -319,9 +387,12 @@ def initial_state() -> TestbedState:
 def evolve(state: TestbedState, event: TestbedEvent) -> TestbedState:
     """Apply one event. Events are facts: nothing here refuses them."""
     if isinstance(event, TestbedDefined):
-        return replace(state, defined=event)
+        return replace(state, defined=event, deleted=False)
     if isinstance(event, ClusterObserved):
-        return replace(state, nodes=event.nodes, pods=event.pods, observed_at=event.at)
+        generations = _next_generations(state, event.pods)
+        return replace(
+            state, nodes=event.nodes, pods=event.pods, observed_at=event.at, generations=generations
+        )
     if isinstance(event, SlotReserved):
         key = (event.node, event.position_on_node)
         return replace(state, reservations={**state.reservations, key: event})
@@ -333,29 +404,90 @@ def evolve(state: TestbedState, event: TestbedEvent) -> TestbedState:
         return replace(state, holder=event.scheduling)
     if isinstance(event, TestbedReleased):
         return replace(state, holder=None)
+    if isinstance(event, ProblemsReported):
+        return replace(state, problems=event.problems)
+    if isinstance(event, TestbedDeleted):
+        # The observations stay (the reconciler deletes the ghosts they show) and so do the
+        # generations: a re-created testbed must not reuse the name of a pod that may linger.
+        return replace(state, deleted=True, reservations={}, problems=())
     raise TypeError(f"not a testbed event: {event!r}")
+
+
+def _next_generations(
+    state: TestbedState, pods: Iterable[ObservedPod]
+) -> Mapping[tuple[str, int], int]:
+    """The generations after observing ``pods``: a failed ghost under its slot's current name
+    moves that slot on by one. Seeing the same failed pod again changes nothing, since its name is
+    no longer the current one."""
+    defined = state.defined
+    if defined is None:
+        return state.generations
+    generations = dict(state.generations)
+    for pod in pods:
+        if not (pod.ghost and pod.failed and pod.node is not None):
+            continue
+        if pod.position_on_node is None:
+            continue
+        key = (pod.node, pod.position_on_node)
+        current = generations.get(key, 0)
+        if pod.name == _ghost_name(defined, pod.node, pod.position_on_node, current):
+            generations[key] = current + 1
+    return generations
 
 
 # -- queries -------------------------------------------------------------------------------------
 
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
+def _node_order(node: ObservedNode) -> tuple[int, int, str, str]:
+    # The original parses the label value as the node's number; a value that is no number keeps
+    # its string order, after every numeric one.
+    value = node.label_value.strip()
+    if _WHOLE_NUMBER.fullmatch(value):
+        return (0, int(value), "", node.name)
+    return (1, 0, node.label_value, node.name)
+
 
 def _ordered_nodes(state: TestbedState) -> list[ObservedNode]:
-    return sorted(state.nodes, key=lambda n: (n.label_value, n.name))
+    return sorted(state.nodes, key=_node_order)
 
 
 def _places(state: TestbedState) -> list[tuple[int, ObservedNode, int]]:
     """(slot id, node, position) of every desired slot, numbered round-robin."""
-    if state.defined is None:
+    if state.defined is None or state.deleted:
         return []
     nodes = _ordered_nodes(state)
     order = [(pos, node) for pos in range(state.defined.slots_per_node) for node in nodes]
     return [(slot_id, node, pos) for slot_id, (pos, node) in enumerate(order)]
 
 
-def ghost_pod_name(testbed: str, node: str, position_on_node: int, cpu: int, memory: int) -> str:
+def ghost_pod_name(
+    testbed: str,
+    node: str,
+    position_on_node: int,
+    cpu: int,
+    memory: int,
+    *,
+    generation: int = 0,
+) -> str:
     """The ghost pod's name. It carries the size so a resize never reuses a name still held by a
-    terminating pod of the old size."""
-    return f"{testbed}-ghost-{node}-{position_on_node}-{cpu}m-{memory}mi"
+    terminating pod of the old size, and from the first replacement of a failed ghost on, the
+    slot's generation (``-g1``, ``-g2``, …) so a replacement never reuses the failed pod's name."""
+    base = f"{testbed}-ghost-{node}-{position_on_node}-{cpu}m-{memory}mi"
+    return base if generation == 0 else f"{base}-g{generation}"
+
+
+def _ghost_name(defined: TestbedDefined, node: str, pos: int, generation: int) -> str:
+    return ghost_pod_name(
+        defined.name, node, pos, defined.cpu_millis, defined.memory_mib, generation=generation
+    )
+
+
+def ghost_generation(state: TestbedState, node: str, position_on_node: int) -> int:
+    """How many ghost pods of the slot at (node, position) were observed failed: the generation
+    its next ghost pod is named with."""
+    return state.generations.get((node, position_on_node), 0)
 
 
 def _is_desired_ghost(pod: ObservedPod, defined: TestbedDefined, node: str, pos: int) -> bool:
@@ -363,6 +495,7 @@ def _is_desired_ghost(pod: ObservedPod, defined: TestbedDefined, node: str, pos:
     return (
         pod.ghost
         and not pod.terminating
+        and not pod.failed
         and pod.node == node
         and pod.position_on_node == pos
         and pod.cpu_millis == defined.cpu_millis
@@ -371,20 +504,45 @@ def _is_desired_ghost(pod: ObservedPod, defined: TestbedDefined, node: str, pos:
 
 
 def slots(state: TestbedState) -> tuple[Slot, ...]:
-    """Every desired slot by id, with its state (see the module docstring)."""
+    """Every desired slot by id, with its state (see the module docstring); none once the
+    testbed is deleted."""
+    # The extender asks for the slots of one state several times per answer, under load: the
+    # last answer is kept (states are immutable, so the same object has the same slots).
+    global _last_slots  # noqa: PLW0603 - a one-entry memo, replaced whole
+    last = _last_slots
+    if last is not None and last[0] is state:
+        return last[1]
+    result = _slots(state)
+    _last_slots = (state, result)  # one assignment: a thread reads the old pair or the new one
+    return result
+
+
+_last_slots: tuple[TestbedState, tuple[Slot, ...]] | None = None
+
+
+def _slots(state: TestbedState) -> tuple[Slot, ...]:
     defined = state.defined
-    if defined is None:
+    if defined is None or state.deleted:
         return ()
     pods_by_name = {p.name: p for p in state.pods}
+    # Ghosts by their place, built once: scanning every pod for every slot is quadratic.
+    ghosts_at: dict[tuple[str | None, int | None], list[ObservedPod]] = {}
+    for observed in state.pods:
+        ghosts_at.setdefault((observed.node, observed.position_on_node), []).append(observed)
+    cramped = set(_cramped_nodes(state))
     result: list[Slot] = []
     for slot_id, node, pos in _places(state):
         ghosts = sorted(
-            (p for p in state.pods if _is_desired_ghost(p, defined, node.name, pos)),
+            (
+                p
+                for p in ghosts_at.get((node.name, pos), ())
+                if _is_desired_ghost(p, defined, node.name, pos)
+            ),
             key=lambda p: p.name,
         )
         reservation = state.reservations.get((node.name, pos))
         status: SlotStatus
-        if len(ghosts) > 1:
+        if len(ghosts) > 1 or node.name in cramped:
             status = "error"
         elif reservation is not None:
             pod = pods_by_name.get(reservation.pod_name)
@@ -415,6 +573,13 @@ def free_slot_ids(state: TestbedState) -> tuple[int, ...]:
     return tuple(s.slot_id for s in slots(state) if s.status == "free")
 
 
+def usable_slot_ids(state: TestbedState) -> tuple[int, ...]:
+    """The ids of every slot that can hold a job, free now or not (those on a node without room
+    for its slots cannot): what a scheduling could ever have free at once."""
+    cramped = set(_cramped_nodes(state))
+    return tuple(s.slot_id for s in slots(state) if s.node not in cramped)
+
+
 def nodes_of(state: TestbedState, slot_ids: Iterable[int]) -> tuple[str, ...]:
     """The nodes the given slots are on, sorted: a job's pods' node affinity."""
     wanted = set(slot_ids)
@@ -429,28 +594,45 @@ def reservation_of(state: TestbedState, pod_name: str) -> Slot | None:
     return None
 
 
-def _node_problems(state: TestbedState) -> list[str]:
+def _cramped_nodes(state: TestbedState) -> dict[str, str]:
+    """The nodes without room for their slots, each with the problem to report."""
     defined = state.defined
-    if defined is None:
-        return []
+    if defined is None or state.deleted:
+        return {}
     need_cpu = defined.slots_per_node * defined.cpu_millis
     need_memory = defined.slots_per_node * defined.memory_mib
-    return [
-        f"node {n.name} has {n.cpu_millis}m CPU and {n.memory_mib}Mi memory allocatable but its "
-        f"{defined.slots_per_node} slots need {need_cpu}m and {need_memory}Mi; "
-        "lower slots_per_node or the slot size, or remove the node's label"
+    return {
+        n.name: f"node {n.name} has {n.cpu_millis}m CPU and {n.memory_mib}Mi memory allocatable "
+        f"but its {defined.slots_per_node} slots need {need_cpu}m and {need_memory}Mi; its ghost "
+        "pods are removed until you lower slots_per_node or the slot size, or remove the node's "
+        "label"
         for n in _ordered_nodes(state)
         if n.cpu_millis < need_cpu or n.memory_mib < need_memory
-    ]
+    }
+
+
+def _problems(state: TestbedState) -> tuple[str, ...]:
+    """What needs an operator: nodes without room, then slots in error on the other nodes."""
+    cramped = _cramped_nodes(state)
+    problems = list(cramped.values())
+    for slot in slots(state):
+        if slot.status == "error" and slot.node not in cramped:
+            problems.append(
+                f"slot {slot.slot_id} on node {slot.node} holds conflicting pods"
+                + (f" (reserved for {slot.reserved_for})" if slot.reserved_for else "")
+            )
+    return tuple(problems)
 
 
 def reconcile(state: TestbedState) -> ReconcilePlan:
     """The diff of desired against observed ghost pods.
 
-    * a slot with no reservation and no ghost pod gets one created;
+    * a slot with no reservation and no ghost pod gets one created, named with the slot's
+      generation;
     * a ghost pod that matches no desired slot (its node left, the size or slot count changed),
-      a second ghost pod of one slot, and the ghost pod of an occupied slot (its preemption is
-      done) are deleted; terminating pods are already going and are left alone;
+      a failed ghost, a second ghost pod of one slot, the ghost pod of an occupied slot (its
+      preemption is done), every ghost on a node without room for its slots and, once the testbed
+      is deleted, every ghost are deleted; terminating pods are already going and are left alone;
     * nodes without room for their slots and slots in error are reported as problems.
     """
     defined = state.defined
@@ -458,25 +640,17 @@ def reconcile(state: TestbedState) -> ReconcilePlan:
         return ReconcilePlan((), (), ())
     keep: set[str] = set()
     create: list[GhostPod] = []
-    problems = _node_problems(state)
+    cramped = _cramped_nodes(state)
     for slot in slots(state):
-        if slot.status == "error":
-            problems.append(
-                f"slot {slot.slot_id} on node {slot.node} holds conflicting pods"
-                + (f" (reserved for {slot.reserved_for})" if slot.reserved_for else "")
-            )
+        if slot.node in cramped:
+            continue
         if slot.ghost_pod is not None and slot.status != "occupied":
             keep.add(slot.ghost_pod.name)
         if slot.status == "creating":
+            generation = ghost_generation(state, slot.node, slot.position_on_node)
             create.append(
                 GhostPod(
-                    ghost_pod_name(
-                        defined.name,
-                        slot.node,
-                        slot.position_on_node,
-                        defined.cpu_millis,
-                        defined.memory_mib,
-                    ),
+                    _ghost_name(defined, slot.node, slot.position_on_node, generation),
                     slot.node,
                     slot.position_on_node,
                     slot.slot_id,
@@ -485,9 +659,9 @@ def reconcile(state: TestbedState) -> ReconcilePlan:
                 )
             )
     delete = sorted(
-        p.name for p in state.pods if p.ghost and not p.terminating and p.name not in keep
+        (p.name, p.uid) for p in state.pods if p.ghost and not p.terminating and p.name not in keep
     )
-    return ReconcilePlan(tuple(create), tuple(delete), tuple(problems))
+    return ReconcilePlan(tuple(create), tuple(delete), _problems(state))
 
 
 def overall_state(state: TestbedState) -> OverallState:
@@ -495,7 +669,7 @@ def overall_state(state: TestbedState) -> OverallState:
     ``in_progress`` while reservations or ghost pods are pending, else ``success``."""
     all_slots = slots(state)
     statuses = {s.status for s in all_slots}
-    if "error" in statuses or _node_problems(state):
+    if "error" in statuses or _cramped_nodes(state):
         return "error"
     if "occupied" in statuses:
         return "running"
@@ -513,10 +687,15 @@ def decide(state: TestbedState, command: TestbedCommand) -> list[TestbedEvent]:
     at = _utc(command.at)
     if isinstance(command, DefineTestbed):
         return _decide_define(state, command, at)
-    if state.defined is None:
+    defined = state.defined
+    if defined is None:
         raise Rejected("the testbed is not defined yet; define it with DefineTestbed first")
     if isinstance(command, ObserveCluster):
         return _decide_observe(state, command, at)
+    if isinstance(command, DeleteTestbed):
+        return _decide_delete(state, defined, command, at)
+    if state.deleted:
+        raise Rejected(f"testbed {defined.name} is deleted; define it again to use it")
     if isinstance(command, ReserveSlot):
         return _decide_reserve(state, command, at)
     if isinstance(command, ClaimTestbed):
@@ -524,7 +703,7 @@ def decide(state: TestbedState, command: TestbedCommand) -> list[TestbedEvent]:
             return []
         if state.holder is not None:
             raise Rejected(
-                f"testbed {state.defined.name} is held by scheduling {state.holder}; "
+                f"testbed {defined.name} is held by scheduling {state.holder}; "
                 "wait until it is released"
             )
         return [TestbedClaimed(command.scheduling, at)]
@@ -563,9 +742,26 @@ def _decide_define(state: TestbedState, command: DefineTestbed, at: datetime) ->
         command.memory_mib,
         at,
     )
-    if state.defined is not None and replace(state.defined, at=at) == event:
+    if state.defined is not None and not state.deleted and replace(state.defined, at=at) == event:
         return []
     return [event]
+
+
+def _decide_delete(
+    state: TestbedState, defined: TestbedDefined, command: DeleteTestbed, at: datetime
+) -> list[TestbedEvent]:
+    if command.name != defined.name:
+        raise InvalidCommand(
+            f"command for testbed {command.name} sent to the stream of {defined.name}"
+        )
+    if state.deleted:
+        return []
+    if state.holder is not None:
+        raise Rejected(
+            f"testbed {defined.name} is held by scheduling {state.holder}; "
+            "release that scheduling first"
+        )
+    return [TestbedDeleted(defined.name, at)]
 
 
 def _decide_observe(
@@ -584,20 +780,35 @@ def _decide_observe(
     if (nodes, pods) != (state.nodes, state.pods):
         events.append(ClusterObserved(nodes, pods, at))
     node_names = {n.name for n in command.nodes}
-    pod_names = {p.name for p in command.pods}
+    pods_by_name = {p.name: p for p in command.pods}
     for (node, pos), reservation in sorted(state.reservations.items()):
         reason = None
+        pod = pods_by_name.get(reservation.pod_name)
         if node not in node_names:
             reason = f"node {node} left the testbed"
         # A reservation is made for a pod that exists, so only an observation taken after it
         # proves the pod gone; an older snapshot may simply predate the pod.
-        elif reservation.pod_name not in pod_names and at > reservation.at:
+        elif pod is None and at > reservation.at:
             reason = f"pod {reservation.pod_name} is gone"
+        elif pod is not None and _replaced(pod, reservation):
+            reason = f"pod {reservation.pod_name} was replaced by a new pod of that name"
         if reason is not None:
             events.append(
                 ReservationCleared(reservation.slot_id, node, pos, reservation.pod_name, reason, at)
             )
+    after = state
+    for event in events:
+        after = evolve(after, event)
+    problems = _problems(after)
+    if problems != state.problems:
+        events.append(ProblemsReported(problems, at))
     return events
+
+
+def _replaced(pod: ObservedPod, reservation: SlotReserved) -> bool:
+    """A new pod took the reserved pod's name (an application run again): the old pod's slot is
+    free. Only known when both uids are."""
+    return bool(pod.uid and reservation.pod_uid) and pod.uid != reservation.pod_uid
 
 
 def _decide_reserve(state: TestbedState, command: ReserveSlot, at: datetime) -> list[TestbedEvent]:

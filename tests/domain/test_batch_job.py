@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +11,6 @@ from hypothesis import strategies as st
 
 from fleetledger.domain.codec import from_data, to_data
 from fleetledger.domain.errors import InvalidCommand, Rejected
-from fleetledger.domain.testbeds import SLOT_IDS_ANNOTATION, TESTBED_ANNOTATION
 from fleetledger.domain.testbeds import batch_job as bj
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -48,6 +48,13 @@ def submitted() -> Job:
     job = Job()
     job.claim()
     job.request()
+    return job
+
+
+def created() -> Job:
+    """Submitted, and its application created."""
+    job = submitted()
+    job(bj.RecordApplicationCreated("j1", at=at(2)))
     return job
 
 
@@ -110,12 +117,18 @@ class TestClaim:
         with pytest.raises(Rejected, match="held by scheduling s1"):
             job.claim("s2")
 
-    def test_finished_job_cannot_be_claimed(self) -> None:
-        """A completed job is not run again."""
-        job = Job()
-        job.observe("completed")
-        with pytest.raises(Rejected, match="already completed"):
-            job.claim()
+    def test_a_finished_job_is_claimed_again_only_after_its_release(self) -> None:
+        """A completed job stays with its scheduling until released; released, its application
+        is deleted, and once that is observed another scheduling can run it again."""
+        job = created()
+        job.observe("completed", 4)
+        with pytest.raises(Rejected, match="held by scheduling s1"):
+            job.claim("s2", 5)
+        job(bj.ReleaseJob("j1", "s1", at=at(6)))
+        with pytest.raises(Rejected, match="deleting its previous application"):
+            job.claim("s2", 7)
+        job.observe("absent", 8)
+        assert job.claim("s2", 9) == [bj.JobClaimed("j1", "s2", at(9))]
 
 
 class TestRequestCreation:
@@ -167,10 +180,10 @@ class TestObservedProgress:
         job.observe("running")
         assert job.state.status == "running"
 
-    @pytest.mark.parametrize("steps", [0, 1, 2, 3, 4])
-    def test_completed_from_any_earlier_state(self, steps: int) -> None:
-        """An application observed completed finishes the job from any earlier state: ready,
-        in queue, submitted, scheduled or running (the controller may have been down)."""
+    @pytest.mark.parametrize("steps", [2, 3, 4])
+    def test_completed_from_any_earlier_state_of_the_run(self, steps: int) -> None:
+        """An application observed completed finishes the job from any earlier state of its
+        run: submitted, scheduled or running (the controller may have been down)."""
         job = Job()
         for step in ("claim", "request", "scheduled", "running")[:steps]:
             if step == "claim":
@@ -182,9 +195,19 @@ class TestObservedProgress:
         job.observe("completed", 10)
         assert (job.state.status, job.state.completed_at) == ("completed", at(10))
 
+    @pytest.mark.parametrize("claimed", [False, True])
+    def test_a_completed_application_without_a_request_is_not_this_run(self, claimed: bool) -> None:
+        """A ready or queued job has requested nothing: a completed application seen then is an
+        earlier run's, waiting to be deleted, and does not finish the job."""
+        job = Job()
+        if claimed:
+            job.claim()
+        assert job.observe("completed") == []
+        assert job.state.status == ("in_queue" if claimed else "ready")
+
     def test_failure_is_terminal(self) -> None:
         """A failed application fails the job; later observations change nothing."""
-        job = submitted()
+        job = created()
         assert job.observe("failed") == [bj.JobFailed("j1", "boom", at(3))]
         assert job.observe("completed", 4) == []
 
@@ -224,68 +247,152 @@ class TestRelease:
         job.claim("s1")
         assert job(bj.ReleaseJob("j1", "s2", at=at(2))) == []
 
-    def test_release_of_a_completed_job_keeps_it_completed(self) -> None:
-        """Releasing a finished job frees it but keeps its outcome."""
+    @pytest.mark.parametrize("outcome", ["completed", "failed"])
+    def test_release_of_a_finished_job_deletes_its_application(
+        self, outcome: Literal["completed", "failed"]
+    ) -> None:
+        """Released, a finished job's application is deleted too (nothing leaks) and the job is
+        ready once that is observed; the run it finished is kept with its times."""
+        job = created()
+        job.observe("running", 4)
+        job.observe(outcome, 5)
+        [released] = job(bj.ReleaseJob("j1", "s1", at=at(6)))
+        assert released == bj.JobReleased("j1", "s1", True, at(6))
+        assert (job.state.status, job.state.holder) == ("ready", None)
+        assert bj.application_to_delete(job.state) == "j1-app"
+        assert job.observe("absent", 7) == [bj.ApplicationDeleted("j1", at(7))]
+        assert job.state.runs == (
+            bj.JobRun("s1", (0, 2), at(2), at(4), at(5), outcome, job.state.message),
+        )
+
+    def test_a_released_job_ignores_its_old_application_until_it_is_gone(self) -> None:
+        """The old application, still completed while it is deleted, does not finish the ready
+        job again."""
+        job = created()
+        job.observe("completed", 4)
+        job(bj.ReleaseJob("j1", "s1", at=at(5)))
+        assert job.observe("completed", 6) == []
+        assert job.state.status == "ready"
+
+    def test_runs_accumulate_across_schedulings(self) -> None:
+        """A job run by two schedulings in turn keeps both runs, in order."""
+        job = created()
+        job.observe("completed", 4)
+        job(bj.ReleaseJob("j1", "s1", at=at(5)))
+        job.observe("absent", 6)
+        job.claim("s2", 7)
+        job.request("s2", 8)
+        job(bj.RecordApplicationCreated("j1", at=at(9)))
+        job.observe("completed", 10)
+        job(bj.ReleaseJob("j1", "s2", at=at(11)))
+        assert [(r.scheduling, r.outcome, r.completed_at) for r in job.state.runs] == [
+            ("s1", "completed", at(4)),
+            ("s2", "completed", at(10)),
+        ]
+
+
+class TestCreationRecord:
+    def test_the_creation_is_recorded_once_per_request(self) -> None:
+        """The process records the creation; again for the same request, nothing."""
         job = submitted()
-        job.observe("completed")
-        job(bj.ReleaseJob("j1", "s1", at=at(4)))
-        assert (job.state.status, job.state.holder) == ("completed", None)
+        assert job(bj.RecordApplicationCreated("j1", at=at(3))) == [
+            bj.ApplicationCreated("j1", at(3))
+        ]
+        assert job.state.application_created
+        assert job(bj.RecordApplicationCreated("j1", at=at(4))) == []
 
+    def test_seeing_the_application_records_its_creation(self) -> None:
+        """An application observed present before its creation was recorded (a crash between
+        creating and recording) is recorded created, so it is never created twice."""
+        job = submitted()
+        assert job.observe("pending", 3) == [bj.ApplicationCreated("j1", at(3))]
+        assert job.observe("pending", 4) == []
 
-class TestApplication:
-    def test_spark_application(self) -> None:
-        """The Spark executors get slot-sized requests, one per slot, priority, scheduler and
-        slot ids."""
-        manifest = bj.application_manifest(submitted().state, namespace="jobs")
-        assert manifest is not None
-        spec = manifest["spec"]
-        assert isinstance(spec, dict)
-        executor = spec["executor"]
-        assert manifest["kind"] == "SparkApplication"
-        assert manifest["metadata"] == {"name": "j1-app", "namespace": "jobs"}
-        assert (executor["instances"], executor["coreRequest"], executor["memory"]) == (
-            2,
-            "1000m",
-            "2048Mi",
-        )
-        assert (executor["priorityClassName"], executor["schedulerName"]) == (
-            "batch-high",
-            "fleetledger",
-        )
-        assert executor["annotations"] == {SLOT_IDS_ANNOTATION: "0,2", TESTBED_ANNOTATION: "bed"}
-        assert spec["arguments"] == ["--in", "hdfs://d"]
-
-    def test_flink_application(self) -> None:
-        """The Flink task managers get the same slot-derived settings."""
-        job = Job("flink")
-        job.claim()
-        job.request()
-        manifest = bj.application_manifest(job.state, namespace="jobs")
-        assert manifest is not None
-        spec = manifest["spec"]
-        assert isinstance(spec, dict)
-        task_manager = spec["taskManager"]
-        assert manifest["kind"] == "FlinkCluster"
-        assert task_manager["replicas"] == 2
-        assert task_manager["resources"] == {"requests": {"cpu": "1000m", "memory": "2048Mi"}}
-        assert task_manager["schedulerName"] == "fleetledger"
-        assert task_manager["annotations"][SLOT_IDS_ANNOTATION] == "0,2"
-        terms = task_manager["affinity"]["nodeAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ]["nodeSelectorTerms"]
-        assert terms[0]["matchExpressions"][0]["values"] == ["n1"]
-
-    def test_no_application_before_a_request(self) -> None:
-        """A queued job has no application to build."""
+    def test_nothing_to_record_without_a_request(self) -> None:
+        """A queued job has no application to have created."""
         job = Job()
         job.claim()
-        assert bj.application_manifest(job.state, namespace="jobs") is None
+        assert job(bj.RecordApplicationCreated("j1", at=at(2))) == []
+
+
+class TestLostApplication:
+    @pytest.mark.parametrize("phase", ["pending", "scheduled", "running"])
+    def test_an_application_gone_after_its_creation_sends_the_job_back(
+        self, phase: bj.ApplicationPhase
+    ) -> None:
+        """Observed absent after it was created, the application is lost: the job is ready
+        again and, still held by its scheduling, in its queue; the lost run is kept."""
+        job = created()
+        job.observe(phase, 3)
+        assert job.observe("absent", 4) == [bj.ApplicationLost("j1", "s1", at(4))]
+        state = job.state
+        assert (state.status, state.holder, state.application) == ("in_queue", "s1", None)
+        assert [r.outcome for r in state.runs] == ["lost"]
+        assert job.request(seconds=5)
+        assert job.state.status == "submitted" and not job.state.application_created
+
+    def test_absent_before_the_creation_is_not_a_loss(self) -> None:
+        """Requested but not created yet: absent is what the process is about to change."""
+        job = submitted()
+        assert job.observe("absent") == []
+        assert job.state.status == "submitted"
+
+    def test_a_finished_jobs_application_may_go(self) -> None:
+        """A completed job keeps its outcome when its application is removed."""
+        job = created()
+        job.observe("completed", 3)
+        assert job.observe("absent", 4) == []
+        assert job.state.status == "completed"
+
+
+class TestDelete:
+    def test_delete_is_refused_while_held(self) -> None:
+        """The refusal names the holder and what to do."""
+        job = Job()
+        job.claim("s1")
+        with pytest.raises(
+            Rejected, match="job j1 is held by scheduling s1; release that scheduling first"
+        ):
+            job(bj.DeleteJob("j1", at=at(2)))
+
+    def test_delete_is_recorded_once(self) -> None:
+        """Deleting records the fact; again, nothing."""
+        job = Job()
+        assert job(bj.DeleteJob("j1", at=at(1))) == [bj.JobDeleted("j1", at(1))]
+        assert job.state.deleted
+        assert job(bj.DeleteJob("j1", at=at(2))) == []
+
+    def test_a_deleted_job_cannot_be_claimed(self) -> None:
+        """No scheduling takes a deleted job."""
+        job = Job()
+        job(bj.DeleteJob("j1", at=at(1)))
+        with pytest.raises(Rejected, match="j1 is deleted; define it again"):
+            job.claim()
+
+    def test_defining_it_again_recreates_it(self) -> None:
+        """The name can be defined again, with any spec, and the job is ready and claimable."""
+        job = Job()
+        job(bj.DeleteJob("j1", at=at(1)))
+        assert job(bj.DefineJob("j1", "flink", "img:2", "x.jar", at=at(2)))
+        assert (job.state.deleted, job.state.status) == (False, "ready")
+        assert job.state.defined is not None and job.state.defined.kind == "flink"
+        assert job.claim(seconds=3)
+
+    def test_a_deleted_jobs_application_deletion_is_still_recorded(self) -> None:
+        """A job released and then deleted still has its old application deleted: the
+        observation of its absence is recorded."""
+        job = created()
+        job(bj.ReleaseJob("j1", "s1", at=at(3)))
+        job(bj.DeleteJob("j1", at=at(4)))
+        assert job.observe("absent", 5) == [bj.ApplicationDeleted("j1", at(5))]
+        assert bj.application_to_delete(job.state) is None
 
 
 _COMMANDS = st.sampled_from(
     [
         *("claim_s1", "claim_s2", "request_s1", "request_s2", "release_s1", "release_s2"),
         *("pending", "scheduled", "running", "completed", "failed", "absent"),
+        *("created", "delete", "define"),
     ]
 )
 
@@ -295,11 +402,12 @@ class TestInvariants:
     @given(st.lists(_COMMANDS, max_size=15))
     def test_holder_and_application_stay_consistent(self, commands: list[str]) -> None:
         """Whatever happens, a job with an application has a holder and a replication equal to
-        its slot count, and a finished job never becomes unfinished again."""
+        its slot count; a finished job becomes unfinished only by its release; a deleted job is
+        held by nobody; and a job is claimable only with no application left to delete."""
         job = Job()
-        finished = False
         for i, name in enumerate(commands):
             seconds = i + 1
+            before = job.state
             try:
                 if name.startswith("claim"):
                     job.claim(name[-2:], seconds)
@@ -307,6 +415,12 @@ class TestInvariants:
                     job.request(name[-2:], seconds)
                 elif name.startswith("release"):
                     job(bj.ReleaseJob("j1", name[-2:], at=at(seconds)))
+                elif name == "created":
+                    job(bj.RecordApplicationCreated("j1", at=at(seconds)))
+                elif name == "delete":
+                    job(bj.DeleteJob("j1", at=at(seconds)))
+                elif name == "define":
+                    job(bj.DefineJob("j1", "spark", "img:1", "local:///app.jar", at=at(seconds)))
                 else:
                     job.observe(name, seconds)  # type: ignore[arg-type]
             except Rejected:
@@ -315,8 +429,12 @@ class TestInvariants:
             if state.status in ("submitted", "scheduled", "running"):
                 assert state.holder is not None and state.application is not None
                 assert state.application.replication == len(state.application.request.slot_ids)
-            assert not (finished and state.status not in ("completed", "failed"))
-            finished = state.status in ("completed", "failed")
+            if before.status in ("completed", "failed") and state.status != before.status:
+                assert name.startswith("release") and state.status == "ready"
+            if state.deleted:
+                assert state.holder is None
+            if state.holder is not None and before.holder is None:
+                assert not before.deleting_application
 
 
 EVENTS = [

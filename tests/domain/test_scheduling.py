@@ -83,10 +83,46 @@ class TestQueueStrategy:
             "j1": (1, 2, 4, 6),
         }
 
-    def test_known_result_with_one_more_j2(self) -> None:
-        """One more j2 needs index 8, which does not exist: j2 gets nothing (and, being first,
-        holds the queue)."""
-        assert sc.queue_assignments((*KNOWN_QUEUE, "j2"), range(8)) == ()
+    def test_known_result_with_one_more_j2_waits_while_index_8_can_come_free(self) -> None:
+        """One more j2 needs index 8: while a ninth slot can come free, j2 (and the queue behind
+        it) waits for its positions, as the original does."""
+        assert sc.queue_assignments((*KNOWN_QUEUE, "j2"), range(8), capacity=9) == ()
+
+    def test_known_result_with_one_more_j2_on_eight_slots_starts(self) -> None:
+        """On a testbed of eight slots index 8 never exists: rather than wait for ever, j2 takes
+        its slots 0, 3, 5, 7 and the lowest free slot left, 1; j1 waits for slots."""
+        assert as_dict(sc.queue_assignments((*KNOWN_QUEUE, "j2"), range(8), capacity=8)) == {
+            "j2": (0, 1, 3, 5, 7)
+        }
+
+    def test_an_interleaved_queue_starts_its_first_job(self) -> None:
+        """[a, b, a, b] over three free slots: a fits (2 of 3) and takes the slots at its indexes
+        0 and 2; b (2 more) does not fit yet."""
+        assert as_dict(sc.queue_assignments(("a", "b", "a", "b"), (0, 1, 2), capacity=3)) == {
+            "a": (0, 2)
+        }
+
+    def test_an_alternating_queue_longer_than_the_testbed_starts(self) -> None:
+        """[a, b, a, b, a, b] on four slots: a's third index (4) never exists, so a starts on its
+        indexes 0 and 2 and the lowest slot left, 1."""
+        queue = ("a", "b", "a", "b", "a", "b")
+        assert as_dict(sc.queue_assignments(queue, range(4), capacity=4)) == {"a": (0, 1, 2)}
+
+    def test_positions_past_the_free_slots_wait_while_they_can_come_free(self) -> None:
+        """[a, b, b, a] with three of four slots free: a's index 3 comes free later, so it waits
+        for it; on a testbed of three slots it starts now."""
+        queue = ("a", "b", "b", "a")
+        assert sc.queue_assignments(queue, (0, 1, 2), capacity=4) == ()
+        assert as_dict(sc.queue_assignments(queue, (0, 1, 2), capacity=3)) == {"a": (0, 1)}
+
+    def test_later_jobs_read_their_indexes_once_earlier_ones_left(self) -> None:
+        """The jobs of the runnable prefix start in turn over what the earlier ones left: after a
+        takes 0 and 2, [b, c] reads indexes 0 and 1 over the free slots 1 and 3."""
+        assert as_dict(sc.queue_assignments(("a", "b", "a", "c"), range(4))) == {
+            "a": (0, 2),
+            "b": (1,),
+            "c": (3,),
+        }
 
     def test_free_slots_are_taken_in_ascending_order(self) -> None:
         """Indices map onto the sorted free slots, not the order they were given in."""
@@ -295,8 +331,17 @@ class TestSubmission:
     def test_nothing_runnable_waits(self) -> None:
         """Too few free slots: nothing is decided, the scheduling waits in submission."""
         s = running()
-        assert s.assign((0, 1, 2)) == []
+        assert s.assign((0,)) == []
         assert s.state.phase == "submission"
+
+    def test_an_interleaved_queue_starts_what_fits(self) -> None:
+        """[j2, j1, j2, j1] with three free slots starts j2 on the slots at its indexes; j1
+        stays queued."""
+        s = running()
+        [event] = s.assign((0, 1, 2))
+        assert isinstance(event, sc.JobsAssigned)
+        assert as_dict(event.assignments) == {"j2": (0, 2)}
+        assert s.state.queue == ("j1", "j1")
 
     def test_assign_outside_submission_is_refused(self) -> None:
         """Slots are assigned only in submission."""
@@ -432,6 +477,102 @@ class TestInvariants:
         assert all(len(a.slot_ids) == counts[a.job] for a in s.state.assignments)
         assert set(started) | set(s.state.queue) == set(queue)
         assert not set(started) & set(s.state.queue)
+
+
+def run_to_the_end(queue: tuple[str, ...], slots: int) -> Scheduling:
+    """Drive a queue-based scheduling on a testbed of ``slots`` slots where every started job
+    runs for one round and then completes, freeing its slots."""
+    s = Scheduling("queue", queue)
+    s.grant_all()
+    everything = tuple(range(slots))
+    for _ in range(2 * len(queue) + 2):
+        if s.state.phase == "submission":
+            s(sc.AssignSlots(everything, at=s.tick(), usable_slots=everything))
+        started = {a.job for a in s.state.assignments}
+        s.observe({j: "running" if j in started else "in_queue" for j in s.state.jobs})
+        s.observe({j: "completed" if j in started else "in_queue" for j in s.state.jobs})
+    return s
+
+
+class TestNeverStuck:
+    @settings(max_examples=150, deadline=None)
+    @given(
+        queue=st.lists(st.sampled_from("abcd"), min_size=1, max_size=12).map(tuple),
+        slots=st.integers(1, 8),
+    )
+    def test_every_slot_free_and_a_queue_left_is_never_a_dead_end(
+        self, queue: tuple[str, ...], slots: int
+    ) -> None:
+        """Whatever the queue and the testbed's size, the scheduling runs every job that fits
+        the testbed and finishes; a job needing more slots than the testbed has is recorded as
+        blocked instead of waiting silently."""
+        s = run_to_the_end(queue, slots)
+        too_big = {j for j, n in Counter(queue).items() if n > slots}
+        if too_big:
+            assert s.state.blocked is not None and s.state.blocked.job in too_big
+            assert s.state.phase == "submission"
+        else:
+            assert s.state.phase == "completed", (s.state.phase, s.state.queue)
+            assert s.state.blocked is None
+
+    def test_a_job_bigger_than_the_testbed_is_recorded_as_blocked(self) -> None:
+        """Five copies of a on four slots: the scheduling records why it cannot go on, once."""
+        s = running(("a",) * 5)
+        [event] = s(sc.AssignSlots((0, 1, 2, 3), at=s.tick(), usable_slots=(0, 1, 2, 3)))
+        assert isinstance(event, sc.SchedulingBlocked) and event.job == "a"
+        assert "needs 5 slots but testbed bed has 4" in event.reason
+        assert s(sc.AssignSlots((0, 1, 2, 3), at=s.tick(), usable_slots=(0, 1, 2, 3))) == []
+
+    def test_the_block_is_lifted_when_the_testbed_grows(self) -> None:
+        """Once the testbed has the slots, the job starts and the record is lifted."""
+        s = running(("a",) * 5)
+        s(sc.AssignSlots((0, 1, 2, 3), at=s.tick(), usable_slots=(0, 1, 2, 3)))
+        events = s(sc.AssignSlots(tuple(range(6)), at=s.tick(), usable_slots=tuple(range(6))))
+        assert [type(e) for e in events] == [sc.JobsAssigned, sc.SchedulingUnblocked]
+        assert s.state.blocked is None
+
+    def test_a_slot_item_naming_a_slot_the_testbed_lacks_is_blocked(self) -> None:
+        """Slot-based: an item naming slot 9 on a testbed of slots 0–3 can never start."""
+        s = Scheduling("slots_relaxed", items=(sc.SlotItem("a", (0,)), sc.SlotItem("b", (9,))))
+        s.grant_all()
+        events = s(sc.AssignSlots((0, 1, 2, 3), at=s.tick(), usable_slots=(0, 1, 2, 3)))
+        assert [type(e) for e in events] == [sc.JobsAssigned, sc.SchedulingBlocked]
+        assert s.state.blocked is not None and "names slots 9" in s.state.blocked.reason
+
+
+class TestLostApplications:
+    def test_a_started_job_seen_in_queue_again_is_requeued_at_its_place(self) -> None:
+        """A job whose application disappeared is in_queue again: the scheduling puts it back
+        in its queue, where it stood, and forgets its slots."""
+        s = running(("a", "b", "a", "c"))
+        s.assign((0, 1, 2, 3))
+        assert as_dict(s.state.assignments) == {"a": (0, 2), "b": (1,), "c": (3,)}
+        s.observe({"a": "running", "b": "running", "c": "running"})
+
+        [event] = s.observe({"a": "in_queue", "b": "running", "c": "running"})
+
+        assert isinstance(event, sc.JobRequeued)
+        assert (event.job, event.at) == ("a", at(s.clock))
+        assert (s.state.phase, s.state.queue) == ("submission", ("a", "a"))
+        assert as_dict(s.state.assignments) == {"b": (1,), "c": (3,)}
+        [again] = s.assign((0, 2))
+        assert isinstance(again, sc.JobsAssigned) and as_dict(again.assignments) == {"a": (0, 2)}
+
+    def test_a_lost_job_of_the_round_ends_the_confirmation(self) -> None:
+        """Losing the only job awaiting confirmation sends the scheduling back to submission."""
+        s = running(("a",))
+        s.assign((0,))
+        events = s.observe({"a": "in_queue"})
+        assert [type(e) for e in events] == [sc.JobRequeued]
+        assert (s.state.phase, s.state.round, s.state.queue) == ("submission", (), ("a",))
+
+    def test_unstarted_jobs_in_queue_are_not_requeued(self) -> None:
+        """A job that never started is simply queued: nothing to record."""
+        s = running(("a", "b"))
+        s.assign((0,))
+        assert s.observe({"a": "scheduled", "b": "in_queue"}) == [
+            sc.SubmissionConfirmed(("a",), at(s.clock))
+        ]
 
 
 EVENTS = [

@@ -115,3 +115,40 @@ class TestPreempt:
         decision = ext.preempt_pod(state, ext.PodToPlace("y", "uy", (1, 2)), at=at(4))
         assert decision.node is None and decision.victim_uids == ()
         assert "no free slot for pod y" in decision.reason
+
+    def test_only_the_candidate_nodes_are_considered(self) -> None:
+        """A new reservation is made only on a node the scheduler offered as a candidate."""
+        decision = ext.preempt_pod(ready(), POD, at=at(2), candidate_nodes=("n1",))
+        assert (decision.node, decision.victim_uids) == ("n1", ("uid-n1-1",))
+        [event] = decision.events
+        assert isinstance(event, tb.SlotReserved) and event.slot_id == 2
+
+    def test_no_free_slot_on_the_candidates_gives_no_node(self) -> None:
+        """With the pod's free slots all off the candidate nodes, no node is answered."""
+        decision = ext.preempt_pod(
+            ready(), ext.PodToPlace("p", "up", (1,)), at=at(2), candidate_nodes=("n1",)
+        )
+        assert (decision.node, decision.victim_uids, decision.events) == (None, (), ())
+        assert "no free slot for pod p" in decision.reason
+
+    def test_an_existing_reservation_off_the_candidates_gives_no_node(self) -> None:
+        """A pod whose reserved slot is on a node the scheduler did not offer gets no node."""
+        state = applied(ready(), ext.filter_pod(ready(), POD, NODES, at=at(2)).events)
+        decision = ext.preempt_pod(state, POD, at=at(3), candidate_nodes=("n1",))
+        assert decision.node is None and decision.victim_uids == ()
+        assert "not among the candidate nodes" in decision.reason
+
+    def test_a_slot_without_a_ghost_pod_gives_no_node(self) -> None:
+        """A reserved slot whose ghost pod is already gone has no victim: a preemption answer
+        without victims is refused by the kube-scheduler, so no node is answered, with the
+        reason."""
+        state = applied(ready(), ext.filter_pod(ready(), POD, NODES, at=at(2)).events)
+        preemptor = tb.ObservedPod(POD.name, POD.uid, None, False)
+        pods = (*(p for p in state.pods if p.uid != "uid-n2-0"), preemptor)
+        observed = tb.decide(state, tb.ObserveCluster(state.nodes, pods, at=at(3)))
+        state = applied(state, tuple(observed))
+
+        decision = ext.preempt_pod(state, POD, at=at(4), candidate_nodes=NODES)
+
+        assert (decision.node, decision.victim_uids) == (None, ())
+        assert "has no ghost pod left to evict" in decision.reason

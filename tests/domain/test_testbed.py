@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -41,12 +42,14 @@ class Bed:
 
     def __init__(self, slots_per_node: int = 2) -> None:
         self.state = tb.initial_state()
+        self.events: list[tb.TestbedEvent] = []
         self(tb.DefineTestbed("bed", "testbed", slots_per_node, CPU, MEM, at=at(0)))
 
     def __call__(self, command: tb.TestbedCommand) -> list[tb.TestbedEvent]:
         events = tb.decide(self.state, command)
         for event in events:
             self.state = tb.evolve(self.state, event)
+        self.events.extend(events)
         return events
 
     def observe(
@@ -118,6 +121,21 @@ class TestNumbering:
         bed = Bed(1)
         bed.observe([node("a", "2"), node("b", "1")], [])
         assert [s.node for s in tb.slots(bed.state)] == ["b", "a"]
+
+    def test_numeric_label_values_compare_as_numbers(self) -> None:
+        """Label values that are numbers order the nodes as numbers: node 2 before node 10."""
+        bed = Bed(1)
+        bed.observe([node("a", "10"), node("b", "2"), node("c", "1")], [])
+        assert [s.node for s in tb.slots(bed.state)] == ["c", "b", "a"]
+
+    def test_other_label_values_follow_the_numbers_in_string_order(self) -> None:
+        """A value that is no number comes after every numeric one; among themselves such values
+        keep their string order, and equal values fall back to the node name."""
+        bed = Bed(1)
+        bed.observe(
+            [node("w", "rack-b"), node("x", "12"), node("y", "rack-a"), node("z", "12")], []
+        )
+        assert [s.node for s in tb.slots(bed.state)] == ["x", "z", "y", "w"]
 
     def test_nodes_of_slots(self) -> None:
         """The nodes a set of slots is on, for the pods' node affinity."""
@@ -231,7 +249,9 @@ class TestReconcile:
         bed = ready_bed()
         bed.observe([node("n1")], list(bed.state.pods), 2)
         plan = tb.reconcile(bed.state)
-        assert plan.delete == tuple(sorted(g.name for g in (ghost("n2", 0), ghost("n2", 1))))
+        assert plan.delete == tuple(
+            sorted((g.name, g.uid) for g in (ghost("n2", 0), ghost("n2", 1)))
+        )
         assert plan.create == ()
 
     def test_resize_replaces_the_ghosts(self) -> None:
@@ -240,13 +260,15 @@ class TestReconcile:
         bed(tb.DefineTestbed("bed", "testbed", 2, 500, MEM, at=at(2)))
         plan = tb.reconcile(bed.state)
         assert len(plan.create) == 4 and len(plan.delete) == 4
-        assert not {g.name for g in plan.create} & set(plan.delete)
+        assert not {g.name for g in plan.create} & {name for name, _ in plan.delete}
 
     def test_fewer_slots_per_node_deletes_the_extra_ghosts(self) -> None:
         """Lowering slots per node deletes the ghost pods of the positions that went away."""
         bed = ready_bed()
         bed(tb.DefineTestbed("bed", "testbed", 1, CPU, MEM, at=at(2)))
-        assert tb.reconcile(bed.state).delete == (ghost("n1", 1).name, ghost("n2", 1).name)
+        assert tb.reconcile(bed.state).delete == tuple(
+            (g.name, g.uid) for g in (ghost("n1", 1), ghost("n2", 1))
+        )
 
     def test_second_ghost_of_a_slot_is_deleted(self) -> None:
         """Of two ghost pods on one slot, the later by name goes."""
@@ -254,7 +276,7 @@ class TestReconcile:
         twin = tb.ObservedPod("zz-twin", "uid-twin", "n1", True, 0, CPU, MEM)
         bed.observe([node("n1")], [ghost("n1", 0), twin])
         plan = tb.reconcile(bed.state)
-        assert plan.delete == ("zz-twin",)
+        assert plan.delete == (("zz-twin", "uid-twin"),)
         assert "conflicting" in plan.problems[0]
 
     def test_occupied_slot_deletes_its_ghost(self) -> None:
@@ -262,7 +284,7 @@ class TestReconcile:
         bed = ready_bed()
         bed(tb.ReserveSlot("p", "uid-p", (0,), at=at(2)))
         bed.observe([node("n1"), node("n2")], [*bed.state.pods, job_pod("p", "n1")], 3)
-        assert tb.reconcile(bed.state).delete == (ghost("n1", 0).name,)
+        assert tb.reconcile(bed.state).delete == ((ghost("n1", 0).name, ghost("n1", 0).uid),)
 
     def test_reserved_slot_gets_no_new_ghost(self) -> None:
         """A reserved slot whose ghost was preempted is not given a new one."""
@@ -298,7 +320,8 @@ class TestReconcile:
             tb.ObservedPod(g.name, f"uid-{g.name}", g.node, True, g.position_on_node, CPU, MEM)
             for g in plan.create
         ]
-        after = [p for p in pods if p.name not in plan.delete] + created
+        deleted = {name for name, _ in plan.delete}
+        after = [p for p in pods if p.name not in deleted] + created
         bed.observe(labelled, after, 2)
         assert tb.reconcile(bed.state) == tb.ReconcilePlan((), (), ())
         statuses = Counter(s.status for s in tb.slots(bed.state))
@@ -335,6 +358,16 @@ class TestObservation:
         bed = ready_bed()
         bed(tb.ReserveSlot("p", "uid-p", (0,), at=at(2)))
         assert bed.observe(list(bed.state.nodes), list(bed.state.pods), 2) == []
+
+    def test_reservation_of_a_replaced_pod_is_cleared(self) -> None:
+        """A new pod under the reserved pod's name (an application run again) is not the pod the
+        slot was reserved for: the reservation is cleared."""
+        bed = ready_bed()
+        bed(tb.ReserveSlot("p", "uid-p", (0,), at=at(2)))
+        again = tb.ObservedPod("p", "uid-p-again", None, False)
+        events = bed.observe(list(bed.state.nodes), [*bed.state.pods, again], 3)
+        assert [type(e) for e in events] == [tb.ClusterObserved, tb.ReservationCleared]
+        assert tb.reservation_of(bed.state, "p") is None
 
     def test_reservation_on_a_removed_node_is_cleared(self) -> None:
         """A node that leaves the testbed takes its reservations with it."""
@@ -417,6 +450,185 @@ class TestClaims:
         bed = ready_bed()
         bed(tb.ClaimTestbed("s1", at=at(2)))
         assert bed(tb.ReleaseTestbed("s2", at=at(3))) == []
+
+
+def failed(pod: tb.ObservedPod) -> tb.ObservedPod:
+    return replace(pod, failed=True)
+
+
+class TestFailedGhosts:
+    def test_a_failed_ghost_is_replaced_under_a_fresh_name(self) -> None:
+        """A ghost observed failed (or evicted) holds no slot: it is deleted by name and uid, and
+        the slot gets a new ghost whose name differs from the failed pod's."""
+        bed = ready_bed()
+        gone = ghost("n1", 0)
+        others = [p for p in bed.state.pods if p.name != gone.name]
+        bed.observe(list(bed.state.nodes), [*others, failed(gone)], 2)
+
+        plan = tb.reconcile(bed.state)
+
+        assert bed.statuses()[0] == "creating"
+        assert plan.delete == ((gone.name, gone.uid),)
+        [fresh] = plan.create
+        assert (fresh.node, fresh.position_on_node, fresh.slot_id) == ("n1", 0, 0)
+        assert fresh.name == f"{gone.name}-g1"
+
+    def test_seeing_the_failed_ghost_again_keeps_the_new_name(self) -> None:
+        """The failed pod observed again (it may linger) does not move the slot on once more: a
+        repeated pass asks for the same replacement, so no second ghost is created."""
+        bed = ready_bed()
+        gone = ghost("n1", 0)
+        others = [p for p in bed.state.pods if p.name != gone.name]
+        bed.observe(list(bed.state.nodes), [*others, failed(gone)], 2)
+        first = tb.reconcile(bed.state).create
+        bed.observe(list(bed.state.nodes), [*others], 3)
+        bed.observe(list(bed.state.nodes), [*others, failed(gone)], 4)
+
+        assert tb.reconcile(bed.state).create == first
+        assert tb.ghost_generation(bed.state, "n1", 0) == 1
+
+    def test_a_failed_replacement_moves_to_the_next_generation(self) -> None:
+        """When the replacement fails too, the next one is named with generation 2."""
+        bed = ready_bed()
+        gone = ghost("n1", 0)
+        others = [p for p in bed.state.pods if p.name != gone.name]
+        bed.observe(list(bed.state.nodes), [*others, failed(gone)], 2)
+        [fresh] = tb.reconcile(bed.state).create
+        replacement = tb.ObservedPod(fresh.name, "uid-g1", "n1", True, 0, CPU, MEM)
+        bed.observe(list(bed.state.nodes), [*others, replacement], 3)
+        assert bed.statuses()[0] == "free"
+
+        bed.observe(list(bed.state.nodes), [*others, failed(replacement)], 4)
+
+        [again] = tb.reconcile(bed.state).create
+        assert again.name == f"{gone.name}-g2"
+
+    def test_the_generation_is_folded_from_the_log(self) -> None:
+        """Replaying the recorded events gives the same names: the scheme needs no memory
+        outside the log."""
+        bed = ready_bed()
+        gone = ghost("n2", 1)
+        others = [p for p in bed.state.pods if p.name != gone.name]
+        bed.observe(list(bed.state.nodes), [*others, failed(gone)], 2)
+
+        replayed = tb.initial_state()
+        for event in bed.events:
+            replayed = tb.evolve(replayed, event)
+
+        assert tb.reconcile(replayed) == tb.reconcile(bed.state)
+        assert tb.reconcile(replayed).create[0].name == f"{gone.name}-g1"
+
+
+class TestProblems:
+    def test_a_node_without_room_loses_its_ghosts(self) -> None:
+        """A node too small for its slots gets no ghost pod created and its existing ones deleted;
+        its slots are in error and cannot hold a job."""
+        bed = Bed()
+        small = node("n2", cpu=1500)
+        bed.observe([node("n1"), small], [ghost("n2", 0)])
+
+        plan = tb.reconcile(bed.state)
+
+        assert {g.node for g in plan.create} == {"n1"}
+        assert plan.delete == ((ghost("n2", 0).name, ghost("n2", 0).uid),)
+        assert bed.statuses() == {0: "creating", 1: "error", 2: "creating", 3: "error"}
+        assert tb.usable_slot_ids(bed.state) == (0, 2)
+
+    def test_problems_are_reported_on_the_testbed_when_they_change(self) -> None:
+        """The observation records the problems once, with the node named, and records again
+        only when they change: here, when the node gets room."""
+        bed = Bed()
+        events = bed.observe([node("n1", cpu=1500)], [], 1)
+        reported = [e for e in events if isinstance(e, tb.ProblemsReported)]
+        assert len(reported) == 1 and "node n1" in reported[0].problems[0]
+        assert bed.state.problems == reported[0].problems
+
+        assert bed.observe([node("n1", cpu=1500)], [], 2) == []
+
+        events = bed.observe([node("n1")], [], 3)
+        assert events[-1] == tb.ProblemsReported((), at(3))
+        assert bed.state.problems == ()
+
+    def test_slots_in_error_are_reported(self) -> None:
+        """Two ghost pods on one slot are a problem recorded on the testbed."""
+        bed = Bed(1)
+        twin = tb.ObservedPod("twin", "uid-twin", "n1", True, 0, CPU, MEM)
+        bed.observe([node("n1")], [ghost("n1", 0), twin])
+        assert bed.state.problems == ("slot 0 on node n1 holds conflicting pods",)
+
+    def test_a_resize_is_reported_with_the_next_observation(self) -> None:
+        """Problems that a new definition causes are recorded by the next observation, even when
+        the cluster itself did not change."""
+        bed = ready_bed()
+        bed(tb.DefineTestbed("bed", "testbed", 2, 5000, MEM, at=at(2)))
+        events = bed.observe(list(bed.state.nodes), list(bed.state.pods), 3)
+        assert [type(e) for e in events] == [tb.ProblemsReported]
+        assert len(bed.state.problems) == 2
+
+
+class TestDelete:
+    def test_delete_is_refused_while_a_scheduling_holds_the_testbed(self) -> None:
+        """The refusal names the holder and what to do."""
+        bed = ready_bed()
+        bed(tb.ClaimTestbed("s1", at=at(2)))
+        with pytest.raises(
+            Rejected, match="testbed bed is held by scheduling s1; release that scheduling first"
+        ):
+            bed(tb.DeleteTestbed("bed", at=at(3)))
+        assert not bed.state.deleted
+
+    def test_delete_is_recorded_once(self) -> None:
+        """Deleting records the fact; deleting again is a no-op."""
+        bed = ready_bed()
+        assert bed(tb.DeleteTestbed("bed", at=at(2))) == [tb.TestbedDeleted("bed", at(2))]
+        assert bed.state.deleted
+        assert bed(tb.DeleteTestbed("bed", at=at(3))) == []
+
+    def test_a_deleted_testbed_has_no_slots_and_deletes_every_ghost(self) -> None:
+        """No slot for the extender, no ghost desired: every ghost pod is to be deleted."""
+        bed = ready_bed()
+        bed(tb.DeleteTestbed("bed", at=at(2)))
+        plan = tb.reconcile(bed.state)
+        assert tb.slots(bed.state) == () and tb.free_slot_ids(bed.state) == ()
+        assert plan.create == ()
+        assert plan.delete == tuple(sorted((p.name, p.uid) for p in bed.state.pods))
+
+    @pytest.mark.parametrize(
+        "command",
+        [
+            tb.ReserveSlot("p", "uid-p", (0,), at=at(3)),
+            tb.ClaimTestbed("s1", at=at(3)),
+            tb.ReleaseTestbed("s1", at=at(3)),
+        ],
+        ids=lambda c: type(c).__name__,
+    )
+    def test_a_deleted_testbed_refuses_commands(self, command: tb.TestbedCommand) -> None:
+        """Only a definition brings a deleted testbed back."""
+        bed = ready_bed()
+        bed(tb.DeleteTestbed("bed", at=at(2)))
+        with pytest.raises(Rejected, match="bed is deleted; define it again"):
+            bed(command)
+
+    def test_observations_continue_so_the_ghosts_are_seen_to_go(self) -> None:
+        """The reconciler keeps recording the cluster of a deleted testbed, so its plan empties
+        once the ghost pods are gone."""
+        bed = ready_bed()
+        bed(tb.DeleteTestbed("bed", at=at(2)))
+        bed.observe(list(bed.state.nodes), [], 3)
+        assert tb.reconcile(bed.state) == tb.ReconcilePlan((), (), ())
+
+    def test_defining_it_again_recreates_it(self) -> None:
+        """The same definition after a deletion is recorded again and clears the deletion."""
+        bed = ready_bed()
+        bed(tb.DeleteTestbed("bed", at=at(2)))
+        assert bed(tb.DefineTestbed("bed", "testbed", 2, CPU, MEM, at=at(3)))
+        assert not bed.state.deleted
+        assert tb.free_slot_ids(bed.state) == (0, 1, 2, 3)
+
+    def test_deleting_an_undefined_testbed_is_refused(self) -> None:
+        """Nothing to delete before a definition."""
+        with pytest.raises(Rejected, match="not defined"):
+            tb.decide(tb.initial_state(), tb.DeleteTestbed("bed", at=at(0)))
 
 
 EVENTS = [

@@ -5,13 +5,17 @@ from __future__ import annotations
 import pytest
 
 from fleetledger.adapters.cluster import (
+    ClusterError,
     ClusterGateway,
     FakeCluster,
     Node,
     NoRoom,
     PodExists,
     PodSpec,
+    PriorityClassConflict,
+    StalePod,
     UnknownPod,
+    UnknownPriorityClass,
 )
 
 
@@ -85,3 +89,77 @@ class TestPlacement:
         c.remove_node("n1")
         assert c.list_pods() == []
         assert c.pod("g") is None
+
+
+class TestDeletePreconditions:
+    def test_a_delete_with_the_pods_uid_deletes_it(self) -> None:
+        """The uid precondition matches: the pod goes."""
+        c = cluster()
+        pod = c.create_pod(PodSpec("a"))
+        c.delete_pod("a", uid=pod.uid)
+        assert c.pod("a") is None
+
+    def test_a_delete_with_another_uid_is_stale(self) -> None:
+        """A newer pod took the name: StalePod, and it stays."""
+        c = cluster()
+        c.create_pod(PodSpec("a"))
+        c.delete_pod("a")
+        newer = c.create_pod(PodSpec("a"))
+        with pytest.raises(StalePod):
+            c.delete_pod("a", uid="uid-1")
+        assert c.pod("a") == newer
+
+
+class TestPriorityAdmission:
+    def test_a_pod_gets_its_classs_value(self) -> None:
+        """Priority comes from the class the pod names; no class is priority 0."""
+        c = cluster()
+        c.ensure_priority_class("low", -10, description="d")
+        assert c.create_pod(PodSpec("a", priority_class_name="low")).priority == -10
+        assert c.create_pod(PodSpec("b")).priority == 0
+
+    def test_the_system_classes_exist(self) -> None:
+        """system-node-critical and system-cluster-critical are there from the start."""
+        pod = cluster().create_pod(PodSpec("a", priority_class_name="system-node-critical"))
+        assert pod.priority == 2_000_001_000
+
+    def test_a_pod_naming_an_unknown_class_is_refused(self) -> None:
+        """As the priority admission plugin does: refused, nothing created."""
+        c = cluster()
+        with pytest.raises(UnknownPriorityClass, match="no PriorityClass with name nope"):
+            c.create_pod(PodSpec("a", priority_class_name="nope"))
+        assert (c.list_pods(), c.creations) == ([], 0)
+
+    def test_ensuring_a_class_twice_creates_it_once(self) -> None:
+        """Idempotent for the same value."""
+        c = cluster()
+        c.ensure_priority_class("low", -10, description="d")
+        c.ensure_priority_class("low", -10, description="d")
+        assert (c.priority_classes()["low"], c.class_creations) == (-10, 1)
+
+    def test_a_class_of_another_value_conflicts(self) -> None:
+        """A class's value cannot change: the conflict is reported, the class kept."""
+        c = cluster()
+        c.ensure_priority_class("low", -10, description="d")
+        with pytest.raises(PriorityClassConflict):
+            c.ensure_priority_class("low", 0, description="d")
+        assert c.priority_classes()["low"] == -10
+
+    @pytest.mark.parametrize(
+        ("name", "value"), [("system-mine", 1), ("huge", 1_000_000_001)], ids=["prefix", "value"]
+    )
+    def test_reserved_classes_are_refused(self, name: str, value: int) -> None:
+        """The system- prefix and values above one billion are the system's."""
+        with pytest.raises(ClusterError):
+            cluster().ensure_priority_class(name, value, description="d")
+
+
+class TestEndedPods:
+    def test_an_evicted_pod_fails_and_frees_its_room(self) -> None:
+        """Eviction leaves the pod listed, Failed with reason Evicted, no longer taking room."""
+        c = cluster()
+        c.create_pod(PodSpec("g", node="n1", cpu_millis=2000, memory_mib=4096))
+        c.evict("g")
+        pod = c.pod("g")
+        assert pod is not None and (pod.phase, pod.reason, pod.node) == ("Failed", "Evicted", "n1")
+        assert c.free_on("n1") == (2000, 4096)

@@ -181,9 +181,104 @@ class TestPodToPlace:
             wire.pod_to_place(wire.ExtenderPod("p", "default", "u"))
 
     def test_bad_slot_ids_are_refused(self) -> None:
-        """Slot ids are comma-separated integers."""
+        """Slot ids are integers joined by commas; the error names the annotation."""
         pod = wire.ExtenderPod(
             "p", "jobs", "u", {"fleetledger.io/testbed": "bed", "fleetledger.io/slot-ids": "0;2"}
         )
-        with pytest.raises(wire.WireError, match="comma-separated"):
+        with pytest.raises(wire.WireError, match="joined by ','") as error:
             wire.pod_to_place(pod)
+        assert error.value.loc == ("Pod", "metadata", "annotations", "fleetledger.io/slot-ids")
+
+    def test_half_a_slot_request_names_what_is_missing(self) -> None:
+        """A testbed without slot ids is refused, saying which annotation to add."""
+        pod = wire.ExtenderPod("p", "jobs", "u", {"fleetledger.io/testbed": "bed"})
+        with pytest.raises(wire.WireError, match=r"no fleetledger\.io/slot-ids") as error:
+            wire.pod_to_place(pod)
+        assert error.value.loc[-1] == "fleetledger.io/slot-ids"
+
+
+SEED_POD_JSON = """
+{"metadata": {"name": "spark-exec-2", "namespace": "jobs", "uid": "pod-uid-2",
+              "labels": {"batchjob.tuberlin.de/slots-resource-name": "bed",
+                         "batchjob.tuberlin.de/slots-ids": "1_3_4"}}}
+"""
+
+
+class TestSeedLabels:
+    """Pods written for the original operator name their testbed and slots in labels."""
+
+    def test_labels_give_testbed_and_slots(self) -> None:
+        """The slot ids of a label are joined by underscores (a label value holds no comma)."""
+        args = wire.parse_filter_args({"Pod": json.loads(SEED_POD_JSON), "NodeNames": ["n1"]})
+
+        assert wire.pod_to_place(args.pod) == (
+            "bed",
+            PodToPlace("spark-exec-2", "pod-uid-2", (1, 3, 4)),
+        )
+
+    def test_labels_round_trip(self) -> None:
+        """A pod's labels are encoded for a fake scheduler as they were read."""
+        args = wire.parse_filter_args({"Pod": json.loads(SEED_POD_JSON), "NodeNames": ["n1"]})
+        assert wire.parse_filter_args(wire.encode_filter_args(args)) == args
+
+    def test_the_project_annotations_come_first(self) -> None:
+        """A pod carrying both protocols is placed by this project's annotations."""
+        pod = wire.ExtenderPod(
+            "p",
+            "jobs",
+            "u",
+            annotations={"fleetledger.io/testbed": "ours", "fleetledger.io/slot-ids": "5"},
+            labels={
+                "batchjob.tuberlin.de/slots-resource-name": "theirs",
+                "batchjob.tuberlin.de/slots-ids": "0_1",
+            },
+        )
+        assert wire.pod_to_place(pod) == ("ours", PodToPlace("p", "u", (5,)))
+
+    def test_commas_in_a_label_are_refused(self) -> None:
+        """The label protocol joins ids with underscores only; anything else is named."""
+        pod = wire.ExtenderPod(
+            "p",
+            "jobs",
+            "u",
+            labels={
+                "batchjob.tuberlin.de/slots-resource-name": "bed",
+                "batchjob.tuberlin.de/slots-ids": "0,1",
+            },
+        )
+        with pytest.raises(wire.WireError, match="joined by '_'") as error:
+            wire.pod_to_place(pod)
+        assert error.value.loc == ("Pod", "metadata", "labels", "batchjob.tuberlin.de/slots-ids")
+
+    def test_a_label_without_slot_ids_is_refused(self) -> None:
+        """The testbed label alone does not place a pod."""
+        pod = wire.ExtenderPod(
+            "p", "jobs", "u", labels={"batchjob.tuberlin.de/slots-resource-name": "bed"}
+        )
+        with pytest.raises(wire.WireError, match=r"no batchjob\.tuberlin\.de/slots-ids"):
+            wire.pod_to_place(pod)
+
+
+class TestErrorLocations:
+    def test_a_nested_field_is_located(self) -> None:
+        """The error's loc is the path to the field at fault, list indexes included."""
+        body = {
+            "Pod": json.loads(POD_JSON),
+            "Nodes": {"items": [NODE_N1, {"metadata": {"name": 7}}]},
+        }
+        with pytest.raises(wire.WireError) as error:
+            wire.parse_filter_args(body)
+        assert error.value.loc == ("Nodes", "items", 1, "metadata", "name")
+        assert str(error.value) == "Nodes.items[1].metadata.name: expected text, got int"
+
+    def test_preemption_args_need_one_victims_map(self) -> None:
+        """The scheduler always sends one of the two maps; a body with neither is refused."""
+        body = {"Pod": json.loads(POD_JSON), "NodeNameToVictims": None}
+        with pytest.raises(wire.WireError, match="neither NodeNameToMetaVictims") as error:
+            wire.parse_preempt_args(body)
+        assert error.value.loc == ("NodeNameToMetaVictims",)
+
+    def test_the_victims_map_names_the_candidate_nodes(self) -> None:
+        """The scheduler's candidates for preemption are the keys of its victims map."""
+        args = wire.PreemptArgs(POD, {"n2": wire.MetaVictims(()), "n1": wire.MetaVictims(())})
+        assert args.candidate_nodes == ("n2", "n1")

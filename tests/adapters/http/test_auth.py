@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 
@@ -10,6 +11,8 @@ import structlog
 from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.testclient import WebSocketDenialResponse
+from starlette.types import Message, Receive, Scope, Send
 
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.cloud import FakeCloud
@@ -18,6 +21,7 @@ from fleetledger.adapters.http.auth import (
     ENV_VARIABLE,
     MIN_TOKEN_LENGTH,
     PUBLIC_PATHS,
+    BearerAuth,
     check_exposure,
 )
 from fleetledger.adapters.machines import MachinesRuntime
@@ -161,6 +165,72 @@ class TestMiddleware:
 
         assert logs, "the refusal is logged"
         assert not any(NEW in repr(entry) or OLD in repr(entry) for entry in logs)
+
+
+def handshake(
+    path: str, headers: list[tuple[bytes, bytes]], *, denial: bool
+) -> tuple[list[Message], bool]:
+    """A websocket handshake through the middleware alone: what it sent, and whether the app
+    behind it was called. ``denial``: the server can answer a handshake with HTTP."""
+    sent: list[Message] = []
+    reached: list[bool] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(True)
+
+    async def receive() -> Message:
+        return {"type": "websocket.connect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope: Scope = {
+        "type": "websocket",
+        "path": path,
+        "headers": headers,
+        "extensions": {"websocket.http.response": {}} if denial else {},
+    }
+    asyncio.run(BearerAuth(app, tokens=ApiTokens([OLD]))(scope, receive, send))
+    return sent, bool(reached)
+
+
+class TestWebsockets:
+    def test_a_handshake_without_a_token_is_401_before_it_is_accepted(
+        self, client: TestClient
+    ) -> None:
+        """The same answer as for HTTP, sent instead of the handshake's acceptance."""
+        with (
+            pytest.raises(WebSocketDenialResponse) as refused,
+            client.websocket_connect("/v1/watch"),
+        ):
+            pass
+
+        assert refused.value.status_code == 401
+        assert refused.value.headers["www-authenticate"] == 'Bearer realm="fleetledger"'
+
+    def test_a_wrong_token_is_401_invalid_token(self, client: TestClient) -> None:
+        with (
+            pytest.raises(WebSocketDenialResponse) as refused,
+            client.websocket_connect("/v1/watch", headers=bearer("x" * 32)),
+        ):
+            pass
+
+        assert refused.value.status_code == 401
+        assert 'error="invalid_token"' in refused.value.headers["www-authenticate"]
+
+    def test_a_handshake_with_a_token_reaches_the_app(self) -> None:
+        sent, reached = handshake(
+            "/v1/watch", [(b"authorization", f"Bearer {OLD}".encode())], denial=True
+        )
+
+        assert (sent, reached) == ([], True)
+
+    def test_without_the_denial_extension_it_is_closed_with_1008(self) -> None:
+        """A server that cannot send HTTP in a handshake gets a policy-violation close."""
+        sent, reached = handshake("/v1/watch", [], denial=False)
+
+        assert not reached
+        assert [(m["type"], m["code"]) for m in sent] == [("websocket.close", 1008)]
 
 
 class TestOpenApi:

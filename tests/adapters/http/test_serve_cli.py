@@ -1,15 +1,31 @@
 """``fleetledger serve``: refuses what it cannot serve (a real cloud without settings, a bad or
-taken port) before starting anything."""
+taken port) before starting anything; runs the testbeds on the process's leadership and, with
+``--extender-port``, the scheduler extender on a listener of its own."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
-from collections.abc import Iterator
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from fleetledger.adapters.cli import EXIT_ERROR, EXIT_TAMPERED, EXIT_USAGE, main, serve
+from fleetledger.adapters.cli.serve_capabilities import build_capabilities
+from fleetledger.adapters.clock import SystemClock
+from fleetledger.adapters.cluster import FakeCluster, Node
+from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
+from fleetledger.eventstore import EventStore
+
+EXTENDER_TOKEN = "extender-token-0123456789abcdef"
 
 AZURE_VARIABLES = (
     "FLEETLEDGER_AZURE_SUBSCRIPTION_ID",
@@ -80,4 +96,236 @@ class TestPort:
         err = capsys.readouterr().err.strip()
         assert code == EXIT_ERROR and code != EXIT_TAMPERED
         assert f"cannot listen on 127.0.0.1:{taken_port}" in err and len(err.splitlines()) == 1
+        assert opened == []
+
+    def test_a_taken_extender_port_fails_before_the_log_is_opened(
+        self,
+        sqlite_url: str,
+        taken_port: int,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """The extender's listener is bound with the API's, before anything starts; the API's
+        port is let go again."""
+        opened: list[Any] = []
+        monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
+        api_port = free_port()
+
+        ports = ["--port", str(api_port), "--extender-port", str(taken_port)]
+
+        code = main(["serve", "--url", sqlite_url, *ports])
+
+        err = capsys.readouterr().err.strip()
+        assert code == EXIT_ERROR
+        assert f"cannot listen on 127.0.0.1:{taken_port}" in err and "--extender-port" in err
+        assert opened == []
+        with socket.socket() as again:
+            again.bind(("127.0.0.1", api_port))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TestExtenderOptions:
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            (["--extender-host", "127.0.0.1"], "give --extender-port too"),
+            (["--extender-token", EXTENDER_TOKEN], "give --extender-port too"),
+            (["--port", "8090", "--extender-port", "8090"], "needs a port of its own"),
+            (["--extender-port", "8091", "--extender-host", "0.0.0.0"], "without extender tokens"),
+            (["--extender-port", "8091", "--extender-token", "short"], "extender token 1 is 5"),
+            (["--testbeds-namespace", "Not_A_Namespace"], "--testbeds-namespace must be"),
+        ],
+    )
+    def test_bad_extender_options_are_usage_errors(
+        self,
+        sqlite_url: str,
+        options: list[str],
+        message: str,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """Each is refused with what to do, before any port is bound or the log opened."""
+        monkeypatch.delenv("FLEETLEDGER_EXTENDER_TOKENS", raising=False)
+        opened: list[Any] = []
+        monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
+
+        code = main(["serve", "--url", sqlite_url, *options])
+
+        assert code == EXIT_USAGE
+        assert message in capsys.readouterr().err
+        assert opened == []
+
+    def test_an_extender_port_out_of_range_is_refused_by_the_parser(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", "--extender-port", "70000"])
+
+        assert exit_.value.code == EXIT_USAGE
+        assert "outside 0-65535" in capsys.readouterr().err
+
+
+class TestTestbedsOnTheLeader:
+    def test_only_the_elected_process_reconciles_ghost_pods(self, sqlite_store: EventStore) -> None:
+        """Two processes' capabilities on one log, each with its leadership: ghost pods appear
+        in the leader's cluster only, and in the other's once it takes over."""
+        board: dict[str, str] = {}
+        clock = SystemClock()
+        processes = []
+        for holder in ("a", "b"):
+            leadership = Leadership(
+                sqlite_store, MemoryLease(board, holder=holder), clock=clock, holder=holder
+            )
+            capabilities = build_capabilities(
+                sqlite_store, leadership, clock, None, subnets=[], pools=[], cluster="fake"
+            )
+            cluster = capabilities.cluster
+            assert isinstance(cluster, FakeCluster)
+            cluster.add_node(Node("n1", labels={"bed": "1"}, cpu_millis=4000, memory_mib=8192))
+            capabilities.testbeds.start()
+            processes.append((leadership, capabilities))
+        (a, first), (b, second) = processes
+        try:
+            assert a.step() == "leader" and b.step() == "follower"
+            first.testbeds.service.define_testbed(
+                "bed", node_label="bed", slots_per_node=2, cpu_millis=1000, memory_mib=2048
+            )
+
+            wait_until(lambda: len(ghosts(first.cluster)) == 2, timeout=10, what="a's ghosts")
+            assert ghosts(second.cluster) == []
+            assert not second.testbeds.leading
+
+            board.clear()  # a's lease lapses
+            assert a.step() == "follower" and b.step() == "leader"
+            wait_until(lambda: len(ghosts(second.cluster)) == 2, timeout=10, what="b's ghosts")
+        finally:
+            for _, capabilities in processes:
+                capabilities.testbeds.stop()
+
+
+def ghosts(cluster: FakeCluster) -> list[str]:
+    return [p.name for p in cluster.list_pods() if "-ghost-" in p.name]
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def served(sqlite_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
+    """``python -m fleetledger serve`` with the extender on a port of its own, requiring a
+    token; yields the process and both ports once both answer."""
+    api_port, extender_port = free_port(), free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "fleetledger", "serve",
+            "--url", sqlite_url,
+            "--port", str(api_port),
+            "--extender-port", str(extender_port),
+            "--fake-latency", "0",
+            "--grace-seconds", "5",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "FLEETLEDGER_EXTENDER_TOKENS": EXTENDER_TOKEN},
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: (
+                answers(f"http://127.0.0.1:{api_port}/healthz", "role") == "leader"
+                and answers(f"http://127.0.0.1:{extender_port}/healthz", "status") == "ok"
+            ),
+            timeout=60,
+            what="both listeners to answer",
+        )
+        yield process, api_port, extender_port
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        log.close()
+
+
+def answers(url: str, key: str) -> object:
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        return httpx.get(url, timeout=2).json().get(key)
+    return None
+
+
+class TestServeWithTheExtender:
+    def test_the_extender_answers_from_the_testbeds_served_beside_the_api(
+        self, served: tuple[subprocess.Popen[bytes], int, int]
+    ) -> None:
+        """A testbed defined through the API is what the extender's own listener answers
+        about, behind the extender's token; SIGTERM stops both listeners and exits 0."""
+        process, api_port, extender_port = served
+        defined = httpx.post(
+            f"http://127.0.0.1:{api_port}/v1/testbeds",
+            json={"name": "bed", "node_label": "bed", "slots_per_node": 2,
+                  "slot": {"cpu_millis": 1000, "memory_mib": 2048}},
+        )  # fmt: skip
+        assert defined.status_code == 201, defined.text
+        pod = {
+            "metadata": {
+                "name": "p",
+                "namespace": "jobs",
+                "uid": "u",
+                "annotations": {"fleetledger.io/testbed": "bed", "fleetledger.io/slot-ids": "0"},
+            }
+        }
+        call = {"Pod": pod, "NodeNames": ["n1"]}
+        extender = f"http://127.0.0.1:{extender_port}/filter"
+
+        refused = httpx.post(extender, json=call)
+        answer = httpx.post(
+            extender, json=call, headers={"Authorization": f"Bearer {EXTENDER_TOKEN}"}
+        )
+
+        assert refused.status_code == 401
+        assert answer.status_code == 200
+        # The fake cluster has no node for the testbed: its slot does not exist yet.
+        assert "no free slot for pod p" in answer.json()["FailedNodes"]["n1"]
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        for port in (api_port, extender_port):
+            with socket.socket() as again:
+                again.bind(("127.0.0.1", port))
+
+
+class TestWriteBudgetOptions:
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            (["--max-concurrent-batches", "0"], "must be a whole number >= 1"),
+            (["--write-rate", "-1"], "write_rate must be a number of writes per second > 0"),
+            (["--write-burst", "0"], "must be a whole number >= 1"),
+        ],
+    )
+    def test_bad_budget_options_are_usage_errors(
+        self,
+        sqlite_url: str,
+        options: list[str],
+        message: str,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """A ceiling or write budget that cannot work is refused before the log is opened."""
+        opened: list[Any] = []
+        monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
+
+        code = main(["serve", "--url", sqlite_url, *options])
+
+        assert code == EXIT_USAGE
+        assert message in capsys.readouterr().err
         assert opened == []

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
 
+import jsonschema
 import pytest
 from kubernetes import client
 
-from fleetledger.adapters.cluster import ClusterError, PodExists, PodSpec, UnknownPod
+from fleetledger.adapters.cluster import (
+    ClusterError,
+    PodExists,
+    PodSpec,
+    PriorityClassConflict,
+    StalePod,
+    UnknownPod,
+    UnknownPriorityClass,
+)
 from fleetledger.adapters.kubernetes import KubernetesCluster
 from fleetledger.adapters.nodes import NodesRuntime, vm_annotations
 from fleetledger.domain.nodes import Bounds
@@ -164,3 +177,139 @@ class TestNodeAccounting:
         runtime = NodesRuntime(sqlite_store, cluster, threads=False).start()
         state = runtime.service.stream("n1").state
         assert (state.cpu.total, set(state.vm_pods)) == (8000, {"vm"})
+
+
+def _posted(api: FakeApiServer, path: str) -> list[Any]:
+    return [body for method, p, body in api.bodies if method == "POST" and p == path]
+
+
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+PRIORITY_CLASS_SCHEMA = (
+    Path(__file__).parent.parent / "testbeds" / "schemas" / "priorityclass-scheduling-v1.json"
+)
+
+
+class TestPriority:
+    def test_a_pod_names_its_class_and_never_a_priority(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """The pod sent carries priorityClassName only; admission fills the priority in."""
+        cluster.ensure_priority_class("fleetledger-ghost", -1000, description="ghosts")
+        pod = cluster.create_pod(PodSpec("g1", node="n1", priority_class_name="fleetledger-ghost"))
+        [sent] = _posted(api, "/api/v1/namespaces/default/pods")
+        assert sent["spec"]["priorityClassName"] == "fleetledger-ghost"
+        assert "priority" not in sent["spec"]
+        assert (pod.priority_class_name, pod.priority) == ("fleetledger-ghost", -1000)
+
+    def test_a_pod_without_a_class_sends_neither(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """No class, no priority: the cluster's default applies."""
+        cluster.create_pod(PodSpec("p"))
+        [sent] = _posted(api, "/api/v1/namespaces/default/pods")
+        assert {"priority", "priorityClassName"} & set(sent["spec"]) == set()
+
+    def test_a_pod_naming_a_missing_class_is_refused(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """403 from the priority admission plugin is UnknownPriorityClass; nothing exists."""
+        with pytest.raises(UnknownPriorityClass, match="no PriorityClass with name nope"):
+            cluster.create_pod(PodSpec("g1", priority_class_name="nope"))
+        assert api.get("pods", "g1") is None
+
+    def test_the_class_sent_is_a_valid_priority_class(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """The PriorityClass object passes the scheduling.k8s.io/v1 schema: int32 value,
+        boolean globalDefault (never the default), a known preemption policy."""
+        cluster.ensure_priority_class("fleetledger-ghost", -1000, description="ghosts")
+        [sent] = _posted(api, PRIORITY_CLASSES)
+        validator = jsonschema.Draft202012Validator(
+            json.loads(PRIORITY_CLASS_SCHEMA.read_text(encoding="utf-8"))
+        )
+        assert list(validator.iter_errors(sent)) == []
+        assert (sent["value"], sent["globalDefault"]) == (-1000, False)
+        for field, bad in (
+            ("value", "-1000"),
+            ("value", 2**31),
+            ("globalDefault", "false"),
+            ("preemptionPolicy", "Sometimes"),
+        ):
+            broken = copy.deepcopy(sent)
+            broken[field] = bad
+            assert list(validator.iter_errors(broken)) != [], (field, bad)
+        del broken["value"]
+        assert list(validator.iter_errors(broken)) != []
+
+    def test_ensuring_a_class_twice_is_a_no_op(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """409 AlreadyExists with the same value is fine."""
+        cluster.ensure_priority_class("fleetledger-ghost", -1000, description="ghosts")
+        cluster.ensure_priority_class("fleetledger-ghost", -1000, description="ghosts")
+        assert len(_posted(api, PRIORITY_CLASSES)) == 2
+        stored = api.get("priorityclasses", "fleetledger-ghost")
+        assert stored is not None and stored["value"] == -1000
+
+    def test_a_class_of_another_value_conflicts(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """Someone else's class of that name and another value is reported, not used."""
+        cluster.ensure_priority_class("fleetledger-ghost", 7, description="theirs")
+        with pytest.raises(PriorityClassConflict, match="7"):
+            cluster.ensure_priority_class("fleetledger-ghost", -1000, description="ghosts")
+
+    def test_the_api_refuses_a_pod_setting_another_priority(self, api: FakeApiServer) -> None:
+        """Why pods never set spec.priority: admission refuses one that differs from its
+        class's value (403), as the fake API server models."""
+        core = client.CoreV1Api(client.ApiClient(client.Configuration(host=api.url)))
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c"}], "priority": 5},
+        }
+        with pytest.raises(client.ApiException) as refused:
+            core.create_namespaced_pod("default", cast(Any, body))
+        assert refused.value.status == 403
+        assert "must not be provided in pod spec" in str(refused.value.body)
+
+    def test_a_class_the_api_refuses_is_a_cluster_error(self, cluster: KubernetesCluster) -> None:
+        """422 (a reserved name) is ClusterError."""
+        with pytest.raises(ClusterError, match="422"):
+            cluster.ensure_priority_class("system-mine", 1, description="no")
+
+
+class TestDeletePreconditions:
+    def test_a_delete_carries_the_uid_precondition(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """DeleteOptions.preconditions.uid is sent and the pod of that uid is deleted."""
+        created = cluster.create_pod(PodSpec("g1"))
+        cluster.delete_pod("g1", uid=created.uid)
+        [(_, _, options)] = [b for b in api.bodies if b[0] == "DELETE"]
+        assert options["preconditions"] == {"uid": created.uid}
+        assert api.get("pods", "g1") is None
+
+    def test_a_stale_delete_leaves_the_newer_pod(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """409 Conflict on the precondition is StalePod: the pod of the name now stays."""
+        old = cluster.create_pod(PodSpec("g1"))
+        cluster.delete_pod("g1")
+        newer = cluster.create_pod(PodSpec("g1"))
+        with pytest.raises(StalePod):
+            cluster.delete_pod("g1", uid=old.uid)
+        stored = api.get("pods", "g1")
+        assert stored is not None and stored["metadata"]["uid"] == newer.uid
+
+    def test_an_evicted_pod_shows_its_reason(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """status.reason reaches the port (the reconciler tells an eviction by it)."""
+        pod = pod_object("g1", node="n1", phase="Failed")
+        pod["status"]["reason"] = "Evicted"
+        api.put("pods", pod)
+        cluster.sync()
+        [found] = cluster.list_pods()
+        assert (found.phase, found.reason) == ("Failed", "Evicted")

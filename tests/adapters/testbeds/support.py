@@ -15,15 +15,19 @@ from fleetledger.eventstore import EventStore
 
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 BED = "bed"
+JOB_PRIORITY_CLASS = "fleetledger-batch"
+"""The job pods' PriorityClass, as an administrator installs it next to the runtime."""
 
 
 def two_nodes() -> FakeCluster:
-    """Two labelled nodes, each with room for exactly two 1000m/2048Mi slots."""
+    """Two labelled nodes, each with room for exactly two 1000m/2048Mi slots, and the job pods'
+    priority class."""
     return FakeCluster(
         [
             Node("n1", labels={"testbed": "1"}, cpu_millis=2000, memory_mib=4096),
             Node("n2", labels={"testbed": "2"}, cpu_millis=2000, memory_mib=4096),
-        ]
+        ],
+        priority_classes={JOB_PRIORITY_CLASS: 1000},
     )
 
 
@@ -61,7 +65,7 @@ class World:
                     continue
                 except NoRoom:
                     pass
-            preempt = decider.preempt(bed, to_place)
+            preempt = decider.preempt(bed, to_place, nodes)
             if preempt.node is None:
                 continue
             for victim in [p for p in self.cluster.list_pods() if p.uid in preempt.victim_uids]:

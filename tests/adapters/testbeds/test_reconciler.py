@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from fleetledger.adapters.cluster import Node, PodSpec
-from fleetledger.adapters.testbeds import GHOST_LABEL
+import pytest
+
+from fleetledger.adapters.cluster import (
+    FakeCluster,
+    Node,
+    PodSpec,
+    PriorityClassConflict,
+    StalePod,
+)
+from fleetledger.adapters.testbeds import GHOST_LABEL, GhostPodReconciler
+from fleetledger.adapters.testbeds.reconciler import (
+    GHOST_PRIORITY,
+    GHOST_PRIORITY_CLASS,
+    POSITION_ANNOTATION,
+)
 from fleetledger.domain.testbeds import testbed
 from fleetledger.eventstore import EventStore
 
-from .support import BED, World, stream_types, world
+from .support import BED, World, stream_types, two_nodes, world
 
 
 def ghosts(w: World) -> list[tuple[str, str | None, str]]:
@@ -84,7 +97,7 @@ class TestGhostPods:
 
     def test_a_node_too_small_is_reported_not_forced(self, store: EventStore) -> None:
         """Slots that do not fit their node are a problem for an operator: the testbed is in
-        error and the ghost that cannot be placed is not."""
+        error and the node gets no ghost pods."""
         w = world(store)
         w.cluster.add_node(Node("n2", labels={"testbed": "2"}, cpu_millis=1000, memory_mib=2048))
 
@@ -92,7 +105,7 @@ class TestGhostPods:
 
         state = w.service.testbed(BED).state
         assert testbed.overall_state(state) == "error"
-        assert [node for _, node, _ in ghosts(w)].count("n2") == 1
+        assert [node for _, node, _ in ghosts(w)] == ["n1", "n1"]
 
     def test_the_observation_is_recorded(self, store: EventStore) -> None:
         """What the reconciler saw is in the testbed's stream: before and after acting."""
@@ -113,12 +126,7 @@ class TestPreemption:
         w = world(store)
         w.cluster.add_node(Node("n1", labels={"testbed": "1"}, cpu_millis=3000, memory_mib=6144))
         w.runtime.reconciler.reconcile(BED)
-        w.service.execute(
-            w.service.testbed(BED),
-            lambda at: testbed.ReserveSlot("job-pod", "uid-x", (0,), at=at),
-            cause="test",
-        )
-        w.cluster.create_pod(
+        job_pod = w.cluster.create_pod(
             PodSpec(
                 "job-pod",
                 annotations={testbed.TESTBED_ANNOTATION: BED},
@@ -127,6 +135,11 @@ class TestPreemption:
                 memory_mib=2048,
             )
         )
+        w.service.execute(
+            w.service.testbed(BED),
+            lambda at: testbed.ReserveSlot("job-pod", job_pod.uid, (0,), at=at),
+            cause="test",
+        )
         w.clock.advance(1)
 
         w.runtime.reconciler.reconcile(BED)
@@ -134,3 +147,206 @@ class TestPreemption:
         assert "bed-ghost-n1-0-1000m-2048mi" not in [name for name, _, _ in ghosts(w)]
         [slot0, *_] = testbed.slots(w.service.testbed(BED).state)
         assert (slot0.status, slot0.reserved_for) == ("occupied", "job-pod")
+
+
+def slot_ghosts(w: World, node: str, position: int) -> list[str]:
+    return [
+        p.name
+        for p in w.cluster.list_pods(labels={GHOST_LABEL: BED})
+        if p.node == node and p.annotations[POSITION_ANNOTATION] == str(position)
+    ]
+
+
+class TestEndedGhosts:
+    def test_a_failed_ghost_is_replaced_under_a_fresh_name(self, store: EventStore) -> None:
+        """A ghost pod that failed holds nothing: it is deleted and its slot gets a new ghost
+        under a name the failed pod object never held."""
+        w = world(store)
+        w.runtime.reconciler.reconcile(BED)
+        w.cluster.set_phase("bed-ghost-n2-1-1000m-2048mi", "Failed")
+        w.clock.advance(1)
+
+        w.runtime.reconciler.reconcile(BED)
+
+        assert slot_ghosts(w, "n2", 1) == ["bed-ghost-n2-1-1000m-2048mi-g1"]
+        assert testbed.free_slot_ids(w.service.testbed(BED).state) == (0, 1, 2, 3)
+
+    def test_an_evicted_ghost_is_replaced_under_a_fresh_name(self, store: EventStore) -> None:
+        """A ghost the kubelet evicted (Failed, reason Evicted) is replaced the same way."""
+        w = world(store)
+        w.runtime.reconciler.reconcile(BED)
+        w.cluster.evict("bed-ghost-n1-0-1000m-2048mi")
+        w.clock.advance(1)
+
+        w.runtime.reconciler.reconcile(BED)
+
+        assert slot_ghosts(w, "n1", 0) == ["bed-ghost-n1-0-1000m-2048mi-g1"]
+        [replacement] = [p for p in w.cluster.list_pods() if p.name.endswith("-g1")]
+        assert (replacement.phase, replacement.node) == ("Running", "n1")
+
+    def test_an_ended_job_pod_is_not_observed(self, store: EventStore) -> None:
+        """A job pod that ended holds no slot: the observation leaves it out."""
+        w = world(store)
+        w.cluster.create_pod(
+            PodSpec("job-pod", annotations={testbed.TESTBED_ANNOTATION: BED}, node="n1")
+        )
+        w.cluster.set_phase("job-pod", "Succeeded")
+
+        w.runtime.reconciler.reconcile(BED)
+
+        assert "job-pod" not in [p.name for p in w.service.testbed(BED).state.pods]
+
+
+class _RacingCluster(FakeCluster):
+    """Between the reconciler's observation and its delete, ``target`` is replaced by a newer
+    pod of the same name (another process re-created it)."""
+
+    target: str | None = None
+
+    def delete_pod(self, name: str, *, uid: str | None = None) -> None:
+        if name == self.target:
+            self.target = None
+            old = self.pod(name)
+            assert old is not None
+            super().delete_pod(name)
+            super().create_pod(
+                PodSpec(
+                    name,
+                    labels=old.labels,
+                    annotations=old.annotations,
+                    node=old.node,
+                    cpu_millis=old.cpu_millis,
+                    memory_mib=old.memory_mib,
+                    priority_class_name=old.priority_class_name,
+                )
+            )
+        super().delete_pod(name, uid=uid)
+
+
+class TestStaleDeletes:
+    def test_a_stale_delete_leaves_the_newer_pod_of_the_name(self, store: EventStore) -> None:
+        """The delete carries the uid the reconciler observed: a newer pod that took the name
+        since is left alone, and the next pass, having observed it, decides about it."""
+        w = world(store)
+        cluster = _RacingCluster(two_nodes().list_nodes())
+        reconciler = GhostPodReconciler(w.service, cluster)
+        reconciler.reconcile(BED)
+        stale = "bed-ghost-n1-0-1000m-2048mi"
+        first_uid = _uid(cluster, stale)
+        w.service.define_testbed(
+            BED, node_label="testbed", slots_per_node=2, cpu_millis=500, memory_mib=1024
+        )
+        cluster.target = stale
+
+        reconciler.reconcile(BED)
+
+        newer_uid = _uid(cluster, stale)
+        assert newer_uid != first_uid
+        w.clock.advance(1)
+        reconciler.reconcile(BED)
+        assert cluster.pod(stale) is None
+
+    def test_the_fake_refuses_a_delete_with_another_uid(self) -> None:
+        """StalePod, and the pod stays."""
+        cluster = two_nodes()
+        pod = cluster.create_pod(PodSpec("p", node="n1"))
+        with pytest.raises(StalePod):
+            cluster.delete_pod("p", uid="uid-other")
+        assert cluster.pod("p") == pod
+
+
+def _uid(cluster: FakeCluster, name: str) -> str:
+    pod = cluster.pod(name)
+    assert pod is not None
+    return pod.uid
+
+
+class TestGhostPriority:
+    def test_ghosts_take_their_priority_from_the_ghost_class(self, store: EventStore) -> None:
+        """Ghost pods name the ghost PriorityClass, created once, and the cluster resolves their
+        priority from it: below the default, so any job pod may preempt them."""
+        w = world(store)
+        w.runtime.reconciler.reconcile(BED)
+        w.cluster.delete_pod("bed-ghost-n2-1-1000m-2048mi")
+        w.runtime.reconciler.reconcile(BED)
+
+        pods = w.cluster.list_pods(labels={GHOST_LABEL: BED})
+        assert {(p.priority_class_name, p.priority) for p in pods} == {
+            (GHOST_PRIORITY_CLASS, GHOST_PRIORITY)
+        }
+        assert GHOST_PRIORITY < 0
+        assert w.cluster.priority_classes()[GHOST_PRIORITY_CLASS] == GHOST_PRIORITY
+        assert w.cluster.class_creations == 1
+
+    def test_a_class_deleted_behind_its_back_is_created_again(self, store: EventStore) -> None:
+        """Admission refusing a ghost for want of its class makes the reconciler create the
+        class again, and the ghost is created."""
+        w = world(store)
+        w.runtime.reconciler.reconcile(BED)
+        w.cluster.delete_priority_class(GHOST_PRIORITY_CLASS)
+        w.cluster.delete_pod("bed-ghost-n2-1-1000m-2048mi")
+
+        w.runtime.reconciler.reconcile(BED)
+
+        assert len(ghosts(w)) == 4
+        assert w.cluster.class_creations == 2
+
+    def test_a_ghost_class_of_another_value_is_not_used(self, store: EventStore) -> None:
+        """A class of the ghosts' name with another value (someone else's) is a conflict: no
+        ghost is created with a priority it was not meant to have."""
+        w = world(store)
+        w.cluster.ensure_priority_class(GHOST_PRIORITY_CLASS, 5, description="someone else's")
+
+        with pytest.raises(PriorityClassConflict):
+            w.runtime.reconciler.reconcile(BED)
+
+        assert ghosts(w) == []
+
+
+class TestObservations:
+    def _reserve(self, w: World, pod: str) -> None:
+        uid = w.cluster.pod(pod).uid  # type: ignore[union-attr]
+        w.service.execute(
+            w.service.testbed(BED),
+            lambda at: testbed.ReserveSlot(pod, uid, (0, 1, 2, 3), at=at),
+            cause="test-reserve",
+        )
+
+    def test_a_reservation_made_while_listing_survives_the_listing(
+        self, store: EventStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A pod created and given a slot after the cluster was listed is absent from that
+        listing; the observation is dated when it was listed, so it does not clear the
+        reservation as if the pod were gone."""
+        w = world(store)
+        w.runtime.reconciler.reconcile(BED)
+        listed = w.cluster.list_pods
+
+        def listing_then_a_reservation(**kwargs: object) -> object:
+            snapshot = listed()
+            w.clock.advance(1)
+            w.cluster.create_pod(PodSpec("late-1", annotations={"fleetledger.io/testbed": BED}))
+            self._reserve(w, "late-1")
+            w.clock.advance(1)
+            return snapshot
+
+        monkeypatch.setattr(w.cluster, "list_pods", listing_then_a_reservation)
+        w.runtime.reconciler.observe(BED)
+
+        assert testbed.reservation_of(w.service.testbed(BED).state, "late-1") is not None
+
+    def test_a_pod_with_the_original_operators_label_belongs_to_the_testbed(
+        self, store: EventStore
+    ) -> None:
+        """A job pod labelled the original operator's way keeps its reservation: it is observed
+        as the testbed's pod, not taken for gone."""
+        w = world(store)
+        w.runtime.reconciler.reconcile(BED)
+        labels = {testbed.SEED_TESTBED_LABEL: BED, testbed.SEED_SLOT_IDS_LABEL: "0_1"}
+        w.cluster.create_pod(PodSpec("seed-1", labels=labels))
+        self._reserve(w, "seed-1")
+        w.clock.advance(5)
+
+        w.runtime.reconciler.observe(BED)
+
+        assert testbed.reservation_of(w.service.testbed(BED).state, "seed-1") is not None
