@@ -30,7 +30,12 @@ import argparse
 import sys
 
 from fleetledger.adapters.cli.common import EXIT_ERROR, EXIT_USAGE
-from fleetledger.adapters.cli.options import Subcommands, add_url, port_number
+from fleetledger.adapters.cli.options import (
+    Subcommands,
+    add_max_body_bytes,
+    add_url,
+    port_number,
+)
 from fleetledger.adapters.cli.serve import ExtenderListener, GracefulServers, bind_listener
 from fleetledger.eventstore import open_store
 
@@ -59,13 +64,7 @@ def register(commands: Subcommands) -> None:
         help="serve without tokens on a non-loopback address (anyone who reaches the port can "
         "reserve slots)",
     )
-    parser.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=1024 * 1024,
-        metavar="BYTES",
-        help="larger request bodies get 413 (default 1 MiB)",
-    )
+    add_max_body_bytes(parser)
     parser.add_argument(
         "--grace-seconds",
         type=float,

@@ -9,7 +9,15 @@ from typing import TypeAlias
 
 from fleetledger.eventstore._engine import DATABASE_URL_ENV
 
-__all__ = ["Command", "Subcommands", "add_json", "add_url", "database_url", "port_number"]
+__all__ = [
+    "Command",
+    "Subcommands",
+    "add_json",
+    "add_max_body_bytes",
+    "add_url",
+    "database_url",
+    "port_number",
+]
 
 Command = Callable[[argparse.Namespace], int]
 """A command's handler: the parsed arguments in, the exit status out."""
@@ -46,3 +54,14 @@ def add_url(parser: argparse.ArgumentParser) -> None:
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def add_max_body_bytes(parser: argparse.ArgumentParser) -> None:
+    """``--max-body-bytes``, for every command that serves HTTP (the same edge rules)."""
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=1024 * 1024,
+        metavar="BYTES",
+        help="larger request bodies get 413 (default 1 MiB)",
+    )

@@ -27,7 +27,12 @@ import structlog
 
 from fleetledger.adapters.cli.audit import add_key_options, read_key
 from fleetledger.adapters.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE
-from fleetledger.adapters.cli.options import Subcommands, add_url, port_number
+from fleetledger.adapters.cli.options import (
+    Subcommands,
+    add_max_body_bytes,
+    add_url,
+    port_number,
+)
 from fleetledger.adapters.cli.serve_capabilities import build_capabilities
 from fleetledger.eventstore import open_store
 from fleetledger.eventstore._engine import resolve_url
@@ -133,13 +138,7 @@ def register(commands: Subcommands) -> None:
         help="where nodes and pods are read from: an empty fake cluster (default), or the "
         "Kubernetes API (in-cluster config, else ~/.kube/config)",
     )
-    parser.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=1024 * 1024,
-        metavar="BYTES",
-        help="larger request bodies get 413 (default 1 MiB)",
-    )
+    add_max_body_bytes(parser)
     parser.add_argument(
         "--anchor-file",
         type=Path,

@@ -375,18 +375,9 @@ class TestbedsService:
         """Delete a testbed no scheduling holds (:class:`Conflict` naming the holder otherwise);
         the reconciler then removes its ghost pods. A repeat appends nothing."""
         stream = self._existing("testbed", name, self.testbed, deleted=True)
-        try:
-            decision = self.execute(
-                stream,
-                lambda at: testbed.DeleteTestbed(name, at=at),
-                cause=f"delete-testbed:{name}",
-            )
-        except CommandRejected as e:
-            holder = stream.state.holder
-            if holder is None:
-                raise
-            raise Conflict(e.reason, holder=holder) from e
-        return self._written(stream, decision)
+        return self._delete(
+            stream, lambda at: testbed.DeleteTestbed(name, at=at), f"testbed:{name}"
+        )
 
     def define_job(
         self,
@@ -411,12 +402,13 @@ class TestbedsService:
         """Delete a job no scheduling holds (:class:`Conflict` naming the holder otherwise).
         A repeat appends nothing."""
         stream = self._existing("job", name, self.job, deleted=True)
+        return self._delete(stream, lambda at: batch_job.DeleteJob(name, at=at), f"job:{name}")
+
+    def _delete(
+        self, stream: HostedStream[Any, C, Any], command: Callable[[datetime], C], what: str
+    ) -> Written:
         try:
-            decision = self.execute(
-                stream,
-                lambda at: batch_job.DeleteJob(name, at=at),
-                cause=f"delete-job:{name}",
-            )
+            decision = self.execute(stream, command, cause=f"delete-{what}")
         except CommandRejected as e:
             holder = stream.state.holder
             if holder is None:
