@@ -28,6 +28,7 @@ __all__ = [
     "NODE_EVENT_TYPE_NAMES",
     "NodesProjection",
     "dump_json",
+    "dump_of",
     "dumpstate_at",
     "fold_nodes",
 ]
@@ -123,6 +124,18 @@ def dumpstate_at(
     """
     position = position_in_log(store, position)
     return _dump(fold_nodes(store, position), position, settings)
+
+
+def dump_of(
+    states: Mapping[str, NodeState],
+    position: int,
+    *,
+    settings: Mapping[str, object] | None = None,
+) -> Json:
+    """Dumpstate of node ``states`` held in memory (a live runtime's hosted streams), labelled
+    with ``position``: what :func:`dumpstate_at` replays from the log, when they are the states
+    as of that position."""
+    return _dump(states, position, settings)
 
 
 def dump_json(dump: Mapping[str, object]) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "SUBNET_EVENT_TYPE_NAMES",
     "SubnetsProjection",
     "dump_at",
+    "dump_of",
     "subnet_view",
 ]
 
@@ -148,6 +149,15 @@ def dump_at(store: EventStore, position: int | None = None) -> Json:
     for record in events_after(store, 0, types=SUBNET_EVENT_TYPE_NAMES, until=position):
         _fold_record(subnets, record)
     return _dump(subnets, position)
+
+
+def dump_of(
+    subnets: Mapping[str, tuple[SubnetState, BatchSizeChanged | None]], position: int
+) -> Json:
+    """The subnets held in memory (a live runtime's: each state with its last batch change),
+    labelled with ``position``: what :func:`dump_at` replays from the log, when they are the
+    subnets as of that position."""
+    return _dump({sid: _Subnet(state, last) for sid, (state, last) in subnets.items()}, position)
 
 
 def _dump(subnets: Mapping[str, _Subnet], position: int) -> Json:

@@ -1,4 +1,8 @@
-"""``fleetledger simulate``: a scenario on virtual time against the fake cloud, and its report.
+"""``fleetledger simulate``: a scenario on virtual time against the fakes, and its report.
+
+Every scenario runs the runtime ``serve`` runs and leaves its log — ``--url``, else
+``./fleetledger-sim.db`` (replaced at each run) — for ``events tail``, ``audit verify`` and
+``dumpstate --as-of``. An option a scenario cannot honour is refused, never ignored.
 
 The simulator is imported only when a scenario runs.
 """
@@ -22,21 +26,34 @@ SIMULATION_LOG = "fleetledger-sim.db"
 
 def register(commands: Subcommands) -> None:
     parser = commands.add_parser(
-        "simulate", help="run a scenario on virtual time against the fake cloud and report"
+        "simulate", help="run a scenario on virtual time against the fakes and report"
     )
     parser.add_argument("--scenario", required=True, help="scenario name, e.g. burst-vms")
     parser.add_argument("--seed", type=int, default=1, help="fixes the whole run (default 1)")
     parser.add_argument(
         "--compare",
         choices=["naive"],
-        help="also run the same arrivals with batching off and print both side by side",
+        help="also run the same arrivals with batching off and print both side by side "
+        "(burst-vms, burst-workloads)",
+    )
+    parser.add_argument(
+        "--cloud-profile",
+        choices=["fake", "aks"],
+        help="burst-vms only: the cloud the fake models (default fake); aks = one 1,000-VM "
+        "burst, 60-120 s per batch, ARM's write budget",
+    )
+    parser.add_argument(
+        "--burst-size",
+        type=int,
+        metavar="REQUESTS",
+        help="burst-vms with --cloud-profile aks: requests in the burst (default 1000)",
     )
     parser.add_argument(
         "--url",
         type=database_url,
         help=f"log to this database (e.g. Postgres; its schema is upgraded to head first) "
         f"instead of ./{SIMULATION_LOG} (replaced at each run and kept, for `events tail`, "
-        "`audit verify`, `dumpstate`)",
+        "`audit verify`, `dumpstate --as-of`); scenarios of nodes and subnets need it empty",
     )
     add_json(parser)
     parser.set_defaults(run=run)
@@ -49,63 +66,90 @@ def run(args: argparse.Namespace) -> int:
     if capability is None and args.scenario not in scenario_names():
         known = ", ".join(sorted([*scenario_names(), *_CAPABILITY_SCENARIOS]))
         raise ValueError(f"unknown scenario {args.scenario!r}; choose one of: {known}")
-    if capability is not None and args.compare and args.scenario not in _COMPARABLE:
-        raise ValueError(f"--compare does not apply to the {args.scenario!r} scenario")
-    writes_log = capability is None or capability[1]
-    if args.url is not None and writes_log:
+    if args.compare and capability is not None and args.scenario not in _COMPARABLE:
+        comparable = ", ".join(sorted({*_COMPARABLE, *scenario_names()}))
+        raise ValueError(
+            f"--compare does not apply to the {args.scenario!r} scenario (it has no naive "
+            f"twin to run); the scenarios that take it: {comparable}"
+        )
+    definition = _cloud_profile(args)
+    if args.url is not None:
         print(f"fleetledger: migrating {args.url} to the schema's head", file=sys.stderr)
-    url = args.url if args.url is not None or not writes_log else _fresh_simulation_log()
+    url = args.url if args.url is not None else _fresh_simulation_log()
     report: Any
     if capability is not None:
-        report = capability[0](args.seed, url, args.compare)
+        report = capability(args.seed, url, args.compare)
     elif args.compare:
-        report = compare_scenario(args.scenario, seed=args.seed, url=url, against=args.compare)
+        report = compare_scenario(
+            args.scenario, seed=args.seed, url=url, against=args.compare, definition=definition
+        )
     else:
-        report = run_scenario(args.scenario, seed=args.seed, url=url)
+        report = run_scenario(args.scenario, seed=args.seed, url=url, definition=definition)
+    figures = report.to_dict()
     if args.json:
-        print_json({**report.to_dict(), "log_url": url} if writes_log else report.to_dict())
-    else:
-        print(report.render())
-        if writes_log:
-            print(
-                f"  the log: {url} — read it with `fleetledger events tail --url {url}`, "
-                f"check it with `fleetledger audit verify --url {url}`"
-            )
+        print_json({**figures, "log_url": url})
+        return 0
+    print(report.render())
+    print(
+        f"  the log: {url} — read it with `fleetledger events tail --url {url}`, "
+        f"check it with `fleetledger audit verify --url {url}`"
+    )
+    if "checkpoints" in figures:
+        print(
+            f"  replay it to a checkpoint's position with `fleetledger dumpstate --url {url} "
+            "--as-of POSITION`: its SHA-256 is the checkpoint's (--json shows it whole)"
+        )
     return 0
 
 
-def _run_subnet(seed: int, url: str | None, compare: str | None) -> Any:
+def _cloud_profile(args: argparse.Namespace) -> Any:
+    """The burst-vms scenario for ``--cloud-profile``/``--burst-size``, or ``None`` (the
+    catalog's); refused for any other scenario."""
+    if args.cloud_profile is None and args.burst_size is None:
+        return None
+    if args.scenario != "burst-vms":
+        raise ValueError(
+            f"--cloud-profile and --burst-size apply to the burst-vms scenario, not "
+            f"{args.scenario!r}"
+        )
+    from fleetledger.adapters.simulator.burst_vms import burst_vms
+
+    return burst_vms(args.cloud_profile or "fake", burst_size=args.burst_size)
+
+
+def _run_subnet(seed: int, url: str, compare: str | None) -> Any:
     from fleetledger.adapters.simulator.subnet import run_subnet_scenario
 
-    return run_subnet_scenario(seed)
+    return run_subnet_scenario(seed, url=url)
 
 
-def _run_restart(seed: int, url: str | None, compare: str | None) -> Any:
+def _run_restart(seed: int, url: str, compare: str | None) -> Any:
     from fleetledger.adapters.simulator.restart import run_restart_scenario
 
-    return run_restart_scenario(seed)
+    return run_restart_scenario(seed, url=url)
 
 
-def _run_testbed(seed: int, url: str | None, compare: str | None) -> Any:
+def _run_testbed(seed: int, url: str, compare: str | None) -> Any:
     from fleetledger.adapters.simulator.testbed import run_testbed_scenario
 
     return run_testbed_scenario(seed, url=url)
 
 
-def _run_placement(seed: int, url: str | None, compare: str | None) -> Any:
+def _run_placement(seed: int, url: str, compare: str | None) -> Any:
     from fleetledger.adapters.simulator.placement import run_placement_scenario
 
     return run_placement_scenario(seed, compare_naive=compare == "naive", url=url)
 
 
-# The scenarios of the other capabilities: (runner, whether it writes a log).
-_CAPABILITY_SCENARIOS: dict[str, tuple[Callable[[int, str | None, str | None], Any], bool]] = {
-    "subnet": (_run_subnet, False),
-    "restart": (_run_restart, False),
-    "testbed": (_run_testbed, True),
-    "burst-workloads": (_run_placement, True),
+# The scenarios of the other capabilities: their runners take the seed, the log's URL and the
+# compare mode. The catalog's scenarios (burst-vms) all take --compare; of these, only:
+_CAPABILITY_SCENARIOS: dict[str, Callable[[int, str, str | None], Any]] = {
+    "subnet": _run_subnet,
+    "restart": _run_restart,
+    "testbed": _run_testbed,
+    "burst-workloads": _run_placement,
 }
-_COMPARABLE = {"burst-workloads"}
+_COMPARABLE = frozenset({"burst-workloads"})
 
 
 def _fresh_simulation_log() -> str:

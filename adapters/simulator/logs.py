@@ -18,11 +18,21 @@ __all__ = ["simulation_store"]
 
 
 @contextlib.contextmanager
-def simulation_store(url: str | None) -> Iterator[EventStore]:
-    """An open store on ``url`` (migrated), or on a scratch SQLite file removed on exit."""
+def simulation_store(url: str | None, *, fresh: bool = False) -> Iterator[EventStore]:
+    """An open store on ``url`` (migrated), or on a scratch SQLite file removed on exit.
+
+    ``fresh``: the scenario names its streams after its fleet (``node-00``…), so a given database
+    must hold no events yet; ``ValueError`` otherwise, before anything is written.
+    """
     if url is not None:
         migrate.upgrade(url)
         with open_store(url) as store:
+            head = store.head()
+            if fresh and head:
+                raise ValueError(
+                    f"the scenario needs an empty log, and {url} already holds {head} events; "
+                    "give it a new database, or leave --url out to use ./fleetledger-sim.db"
+                )
             yield store
         return
     shm = Path("/dev/shm")

@@ -31,6 +31,12 @@ have, read from the log at the end (must be 0: the node aggregate refuses an ove
 the runtime, read back from the log (must be 1: a batch decides a node's workloads together).
 ``optimality_gap`` sums, over the runtime's batches, how many more workers than the minimum each
 batch's overflow plan may ask for (0: every plan proven minimal by the exact search).
+
+``checkpoints`` records the dumpstate the batch runtime held in memory (the nodes as its last
+snapshot saw them: the node service's streams and its own fold of what it committed) at three
+log positions — the fits placed, the overflow's workers requested, the overflow placed — with
+its SHA-256, for checking ``fleetledger dumpstate --as-of POSITION`` (a replay of the log)
+against it.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from fleetledger.adapters.machines import MachineRequest
 from fleetledger.adapters.nodes import DEFAULT_NODE_CONFIG, NodeService
 from fleetledger.adapters.placement import BatchReport, PlacementRuntime, reservation
 from fleetledger.adapters.simulator.logs import simulation_store
+from fleetledger.adapters.simulator.report import Checkpoint
 from fleetledger.domain.nodes import (
     DeletePod,
     JoinNode,
@@ -57,6 +64,7 @@ from fleetledger.domain.nodes import (
 from fleetledger.domain.placement import Pool, WorkloadRequest
 from fleetledger.domain.template import MachineTemplate
 from fleetledger.eventstore import EventStore
+from fleetledger.projections.dumpstate import dumpstate_of
 
 __all__ = ["PHASES", "PhaseFigures", "PlacementReport", "run_placement_scenario"]
 
@@ -112,6 +120,7 @@ class PlacementReport:
     optimality_gap: int = 0
     naive: tuple[PhaseFigures, ...] | None = None
     naive_overcommitted_nodes: int | None = None
+    checkpoints: tuple[Checkpoint, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready figures, for ``--json``."""
@@ -129,6 +138,7 @@ class PlacementReport:
             "overcommitted_nodes": self.overcommitted_nodes,
             "node_events_per_batch": self.node_events_per_batch,
             "optimality_gap": self.optimality_gap,
+            "checkpoints": [c.to_dict() for c in self.checkpoints],
         }
         if self.naive is not None:
             data["naive"] = {
@@ -165,14 +175,19 @@ class PlacementReport:
                 f"  naive: {unnecessary} unnecessary workers, "
                 f"{self.naive_overcommitted_nodes} overcommitted nodes"
             )
+        lines.extend(
+            f"  checkpoint {c.label}: position {c.position}, sha256 {c.sha256[:16]}…"
+            for c in self.checkpoints
+        )
         return "\n".join(lines)
 
 
 def run_placement_scenario(
     seed: int, *, compare_naive: bool = False, url: str | None = None
 ) -> PlacementReport:
-    """Run ``burst-workloads``; see the module docstring. ``url`` must name a fresh database
-    (the batch runtime's fleet is ``cpu-*``, the naive placer's ``naive-*``)."""
+    """Run ``burst-workloads``; see the module docstring. ``url`` must name a database with no
+    events yet (the batch runtime's fleet is ``cpu-*``, the naive placer's, added after it,
+    ``naive-*``); a scratch SQLite file when ``None``."""
     rng = Random(seed)
     fits = _fits_burst(rng)
     sizes = [rng.choice((1000, 2000, 3000)) for _ in range(_BURST)]
@@ -181,8 +196,10 @@ def run_placement_scenario(
         for i, cpu in enumerate(sizes)
     ]
     minimum = _quarters_minimum(sizes)
-    with simulation_store(url) as store:
-        phases, overcommitted, node_events, gap = _batched(store, fits, overflow, minimum)
+    with simulation_store(url, fresh=True) as store:
+        phases, overcommitted, node_events, gap, checkpoints = _batched(
+            store, fits, overflow, minimum
+        )
     naive = naive_over = None
     if compare_naive:
         with simulation_store(url) as store:
@@ -195,6 +212,7 @@ def run_placement_scenario(
         optimality_gap=gap,
         naive=naive,
         naive_overcommitted_nodes=naive_over,
+        checkpoints=checkpoints,
     )
 
 
@@ -270,7 +288,7 @@ def _batched(
     fits: list[WorkloadRequest],
     overflow: list[WorkloadRequest],
     minimum: int,
-) -> tuple[tuple[PhaseFigures, ...], int, int, int]:
+) -> tuple[tuple[PhaseFigures, ...], int, int, int, tuple[Checkpoint, ...]]:
     clock = ManualClock(_EPOCH)
     nodes = _fleet(store, clock, _POOL.name)
     machines = _Provisioner()
@@ -289,6 +307,7 @@ def _batched(
             workers=len(machines.requested),
             minimum=0,
         )
+        checkpoints = [_checkpoint(store, runtime, "fits placed")]
         for request in fits:
             runtime.release(request.id)
         runtime.submit(_residents())
@@ -297,6 +316,7 @@ def _batched(
         start = store.head()
         runtime.submit(overflow)
         reports = runtime.step()
+        checkpoints.append(_checkpoint(store, runtime, "overflow workers requested"))
         for name in machines.requested[asked_before:]:
             clock.advance(timedelta(seconds=1))
             _join(nodes, name)
@@ -310,8 +330,18 @@ def _batched(
             workers=len(machines.requested) - asked_before,
             minimum=minimum,
         )
+        checkpoints.append(_checkpoint(store, runtime, "overflow placed"))
     gap = sum(report.optimality_gap for report in runtime.reports)
-    return (first, second), _overcommitted(store, f"{_POOL.name}-"), node_events, gap
+    overcommitted = _overcommitted(store, f"{_POOL.name}-")
+    return (first, second), overcommitted, node_events, gap, tuple(checkpoints)
+
+
+def _checkpoint(store: EventStore, runtime: PlacementRuntime, label: str) -> Checkpoint:
+    """The nodes as the placement runtime holds them now (what its next batch would plan on)."""
+    position = store.head()
+    _, bases = runtime.service.snapshot()
+    states = {name: base.state for name, base in bases.items()}
+    return Checkpoint(label, position, dumpstate_of(states, {}, position=position))
 
 
 def _phase(

@@ -7,15 +7,21 @@ Latencies are on virtual time, per request: *batching* latency is the time a req
 the grouper (sealed − requested; zero for a request that skipped batching), *end-to-end* latency
 the time to its outcome (outcome − requested), which adds queueing for a free cloud slot and the
 cloud's own latency. Percentiles are nearest-rank.
+
+A :class:`Checkpoint` is what a scenario's live runtime held at a log position, kept so that
+``fleetledger dumpstate --as-of POSITION`` (a replay of the log) can be checked against it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["ComparisonReport", "Latency", "SimulationReport", "percentile"]
+from fleetledger.projections.nodes import dump_json
+
+__all__ = ["Checkpoint", "ComparisonReport", "Latency", "SimulationReport", "percentile"]
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -41,6 +47,28 @@ class Latency:
 
     def to_dict(self) -> dict[str, float]:
         return {"p50": round(self.p50, 3), "p99": round(self.p99, 3), "max": round(self.max, 3)}
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The dumpstate a scenario's runtime held in memory (its hosted streams' folds, not a read
+    of the log) when the log's head was ``position``.
+
+    Replaying the log to the same position must give the same dump: ``fleetledger dumpstate
+    --as-of POSITION`` prints it as the JSON text whose SHA-256 is :attr:`sha256`.
+    """
+
+    label: str
+    position: int
+    state: Mapping[str, object]
+
+    @property
+    def sha256(self) -> str:
+        """SHA-256 of the dump's canonical JSON text (``dumpstate``'s output line, UTF-8)."""
+        return hashlib.sha256(dump_json(self.state).encode("utf-8")).hexdigest()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"label": self.label, "position": self.position, "sha256": self.sha256}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +103,9 @@ class SimulationReport:
     machines_in_cloud: int
     failed_leftovers_deleted: int
     virtual_seconds: float
+    seconds_to_all_outcomes: float
+    """From the first request to the last outcome, in virtual seconds (what a burst's callers
+    wait in all)."""
     injections: tuple[str, ...]
 
     @property
@@ -118,6 +149,7 @@ class SimulationReport:
             "machines_in_cloud": self.machines_in_cloud,
             "failed_leftovers_deleted": self.failed_leftovers_deleted,
             "virtual_seconds": round(self.virtual_seconds, 3),
+            "seconds_to_all_outcomes": round(self.seconds_to_all_outcomes, 3),
             "injections": list(self.injections),
         }
 
@@ -140,7 +172,8 @@ class SimulationReport:
             f"  end-to-end        p50 {_ms(self.end_to_end_latency.p50)}, p99 "
             f"{_ms(self.end_to_end_latency.p99)}, max {_ms(self.end_to_end_latency.max)}",
             f"  outcomes          {self.created} created, {self.failed} failed ({failures}); "
-            f"{self.without_outcome} without outcome",
+            f"{self.without_outcome} without outcome; all in "
+            f"{self.seconds_to_all_outcomes:.1f} s from the first request",
             f"  machines          {self.machines_created} created in the cloud, "
             f"{self.failed_leftovers_deleted} failed leftovers deleted, "
             f"{self.machines_in_cloud} left; {self.duplicate_machines} duplicates",

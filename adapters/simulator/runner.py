@@ -41,7 +41,7 @@ from fleetledger.projections.machine_requests import RequestView
 
 from .catalog import get_scenario
 from .report import ComparisonReport, Latency, SimulationReport
-from .scenarios import Script
+from .scenarios import Scenario, Script
 from .virtual_time import VirtualTime
 
 __all__ = ["COMPARE_MODES", "EPOCH", "compare_scenario", "run_scenario", "run_script"]
@@ -53,19 +53,27 @@ EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 COMPARE_MODES = ("naive",)
 
 
-def run_scenario(name: str, *, seed: int = 1, url: str | None = None) -> SimulationReport:
-    """Run scenario ``name`` with ``seed``; on a scratch SQLite log unless ``url`` is given."""
-    scenario = get_scenario(name)
+def run_scenario(
+    name: str, *, seed: int = 1, url: str | None = None, definition: Scenario | None = None
+) -> SimulationReport:
+    """Run scenario ``name`` with ``seed``; on a scratch SQLite log unless ``url`` is given.
+    ``definition`` is the scenario itself when it is not the catalog's (another cloud profile)."""
+    scenario = definition if definition is not None else get_scenario(name)
     return run_script(scenario.build(Random(seed)), scenario=name, seed=seed, url=url)
 
 
 def compare_scenario(
-    name: str, *, seed: int = 1, url: str | None = None, against: str = "naive"
+    name: str,
+    *,
+    seed: int = 1,
+    url: str | None = None,
+    against: str = "naive",
+    definition: Scenario | None = None,
 ) -> ComparisonReport:
     """The scenario with batching, then the same arrivals with batching off."""
     if against not in COMPARE_MODES:
         raise ValueError(f"cannot compare against {against!r}; choose {', '.join(COMPARE_MODES)}")
-    scenario = get_scenario(name)
+    scenario = definition if definition is not None else get_scenario(name)
     script = scenario.build(Random(seed))
     batched = run_script(script, scenario=name, seed=seed, url=url)
     naive = run_script(script.without_batching(), scenario=name, seed=seed, url=url, mode="naive")
@@ -246,6 +254,7 @@ def _report(
     creations = Counter(fake.creations)
     deletions = Counter(fake.deletions)
     last = max((v.completed_at for v in views if v.completed_at is not None), default=end)
+    first = min((v.requested_at for v in views), default=last)
     config = script.config
     return SimulationReport(
         scenario=scenario,
@@ -277,5 +286,6 @@ def _report(
         machines_in_cloud=len(fake.machine_names()),
         failed_leftovers_deleted=sum(deletions.values()),
         virtual_seconds=(last - EPOCH).total_seconds(),
+        seconds_to_all_outcomes=(last - first).total_seconds(),
         injections=tuple(i.description for i in script.injections),
     )

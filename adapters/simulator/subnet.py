@@ -13,9 +13,11 @@ This scenario runs the same pods through three controllers and counts what each 
     with ``du = 1`` when they fell since the last reconcile, and the same allocation-driven flag
     (``B = 1``, buffer 1 while exhausted).
 ``settled``
-    The real Subnet aggregate (:mod:`fleetledger.domain.ipam`) driven through ``decide`` and
-    ``evolve``: :func:`~fleetledger.domain.ipam.subnet_batch_size` of the demands, the flag fed
-    the demand floor.
+    Ours, run by the runtime ``serve`` runs: :class:`~fleetledger.adapters.ipam.IpamRuntime` (the
+    Subnet aggregate on the decider host, its allocator reactor, the read model) on a manual
+    clock, writing the scenario's log, with the in-memory allocator behind it.
+    :func:`~fleetledger.domain.ipam.subnet_batch_size` of the demands, the flag fed the demand
+    floor.
 
 The world, identical for all three (one seeded ``random.Random``, virtual time in seconds):
 
@@ -30,20 +32,32 @@ The world, identical for all three (one seeded ``random.Random``, virtual time i
   moment minus its arrival. ``pod_ip_wait_p99_s`` is the nearest-rank p99 over all pods.
 * Every second the controller reconciles: it sees each node's demand (pods on it, queued ones
   included) and the IPs its pods hold, and decides pool targets, which IPs to release and what to
-  ask the allocator for. Allocator calls land ``allocator_latency_s`` later; a release call gives
-  back, when it lands, the IPs still pending release then. The allocator never hands out more than
-  the subnet has (it grants what is free), and every controller budgets its requests to the IPs
+  ask the allocator for. For the feedback policies an allocator call lands
+  ``allocator_latency_s`` later; a release call gives back, when it lands, the IPs still pending
+  release then. For ``settled`` each node's agent reports its demand through the subnet service
+  (``ReportDemand``: nothing when it did not change), and the runtime's reactor makes the calls
+  the subnet asks for and records the answers at once; the IPs reach the node, usable by its
+  pods, ``allocator_latency_s`` later, and the IPs it releases leave the node at once (they were
+  pending release, so no pod could take them). The allocator never hands out more than the
+  subnet has (it grants what is free), and every controller budgets its requests to the IPs
   neither held nor in flight, so no policy is handicapped by refusals.
 
 Figures per policy: ``exhaustion_flips`` (changes of the flag), ``batch_changes`` (and
 ``steady_batch_changes``, those made in a second when no node's demand changed — oscillation
 pure and simple), ``ip_requests`` (allocator calls: allocations plus releases),
 ``pod_ip_wait_p99_s`` and ``peak_utilization`` (most IPs held at once, over capacity).
+
+The settled run leaves its log (``url``, which must hold no events yet; a scratch file when
+``None``). ``checkpoints`` records the dumpstate its runtime held in memory at three positions —
+the end of the rise, the end of the plateau and the end of the run — with its SHA-256, for
+checking ``fleetledger dumpstate --as-of POSITION`` (a replay of that log) against it.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,9 +65,15 @@ from datetime import UTC, datetime, timedelta
 from random import Random
 from typing import Literal, Protocol
 
+from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
+from fleetledger.adapters.runtime import Folded
 from fleetledger.domain import ipam
+from fleetledger.eventstore import EventStore
+from fleetledger.projections.dumpstate import dumpstate_of
 
-from .report import Latency
+from .logs import simulation_store
+from .report import Checkpoint, Latency
 
 __all__ = [
     "POLICIES",
@@ -68,6 +88,7 @@ POLICIES: tuple[Policy, ...] = ("naive", "formula", "settled")
 
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 _NAIVE_BATCH = 16
+_SUBNET = "pods"
 
 
 # -- the report ----------------------------------------------------------------------------------
@@ -130,6 +151,7 @@ class SubnetReport:
     duration_s: int
     allocator_latency_s: int
     policies: Mapping[Policy, PolicyFigures]
+    checkpoints: tuple[Checkpoint, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready figures, for ``--json``."""
@@ -145,6 +167,7 @@ class SubnetReport:
                 "naive_batch": _NAIVE_BATCH,
             },
             "policies": {name: self.policies[name].to_dict() for name in POLICIES},
+            "checkpoints": [c.to_dict() for c in self.checkpoints],
         }
 
     def render(self) -> str:
@@ -179,6 +202,10 @@ class SubnetReport:
         lines.extend(
             f"  {label:<{width}}  " + "  ".join(f"{cell:>10}" for cell in cells)
             for label, *cells in rows
+        )
+        lines.extend(
+            f"  settled checkpoint {c.label}: position {c.position}, sha256 {c.sha256[:16]}…"
+            for c in self.checkpoints
         )
         return "\n".join(lines)
 
@@ -335,13 +362,17 @@ def _index(ip: str) -> int:
 
 @dataclass(slots=True)
 class _Plan:
-    """What a controller decided in one step: allocator requests and new pending-release sets."""
+    """What a controller decided in one step: allocator requests and new pending-release sets
+    (the feedback policies make those calls later); IPs the runtime was allocated for a node
+    (``delivered``: usable there after the latency) and IPs it gave back (``released``)."""
 
     requests: list[tuple[str, int, int]] = field(default_factory=list)  # node, request, count
     pending: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    delivered: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    released: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
 
 
-class _Controller(Protocol):
+class _Policy(Protocol):
     @property
     def batch(self) -> int: ...
     @property
@@ -350,81 +381,115 @@ class _Controller(Protocol):
     def batch_changes(self) -> int: ...
 
     def reconcile(self, t: int, nodes: Mapping[str, _Node]) -> _Plan: ...
+
+
+class _Controller(_Policy, Protocol):
+    """A feedback policy: the world makes its allocator calls and tells it the answers."""
+
     def allocated(self, t: int, node: str, request: int, ips: tuple[str, ...]) -> _Plan: ...
     def released(self, t: int, node: str, ips: tuple[str, ...]) -> _Plan: ...
     def still_pending(self, node: str) -> frozenset[str]: ...
 
 
-# -- the settled controller: the real aggregate --------------------------------------------------
+# -- the settled controller: the runtime ------------------------------------------------------
 
 
-class _AggregateController:
-    """Drives :mod:`fleetledger.domain.ipam` through decide/evolve, as the decider host would."""
+class _RuntimeController:
+    """Ours: :class:`IpamRuntime` on the run's log, as ``serve`` builds it (threadless: the
+    world calls :meth:`IpamRuntime.step` when the log has moved)."""
 
-    def __init__(self, capacity: int, names: Sequence[str]) -> None:
-        self._state = ipam.initial_state()
-        self._reported: dict[str, tuple[int, tuple[str, ...]]] = {}
+    def __init__(self, store: EventStore, capacity: int, names: Sequence[str]) -> None:
+        self.store = store
+        self.clock = ManualClock(_EPOCH)
+        self.allocator = InMemoryAllocator()
+        self.allocator.add_subnet(_SUBNET, capacity)
+        self.runtime = IpamRuntime(store, self.allocator, clock=self.clock, threads=False)
         self.batch_changes = 0
         self.flips = 0
-        commands: list[ipam.SubnetCommand] = [ipam.CreateSubnet("s", capacity, at=_EPOCH)]
-        commands.append(ipam.JoinNodes("s", tuple(names), at=_EPOCH))
-        self._startup = self._merge([self._collect(self._run(c)) for c in commands])
+        self.last_change: ipam.BatchSizeChanged | None = None
+        self._stream = self.runtime.service.stream(_SUBNET)
+        self._stream.on_events(self._heard)
+        self._reported: dict[str, tuple[int, tuple[str, ...]]] = {}
+        self._known: dict[str, tuple[str, ...]] = {}
+        self._pending: dict[str, tuple[str, ...]] = {}
+        self._stepped = 0
+        self.runtime.start()
+        self.runtime.service.create(_SUBNET, capacity)
+        self.runtime.service.join(_SUBNET, names)
+        self._step()
+        self._startup = self._effects()
         # Counted from the moment every node has joined, as for the other policies, which start
         # at B0: the subnet's first batch (sized for no nodes) is not a change under load.
         self.batch_changes = 0
         self.flips = 0
 
     @property
+    def state(self) -> ipam.SubnetState:
+        """The subnet as the runtime's hosted stream holds it."""
+        return self._stream.state
+
+    @property
     def batch(self) -> int:
-        return self._state.batch_size
+        return self.state.batch_size
 
     def startup(self) -> _Plan:
         return self._startup
 
-    def _run(self, command: ipam.SubnetCommand) -> list[ipam.SubnetEvent]:
-        events = ipam.decide(self._state, command)
-        for event in events:
-            self._state = ipam.evolve(self._state, event)
-        return events
-
-    def _collect(self, events: Sequence[ipam.SubnetEvent]) -> _Plan:
-        plan = _Plan()
-        for event in events:
-            if isinstance(event, ipam.IpsRequested):
-                plan.requests.append((event.node, event.request, event.count))
-            elif isinstance(event, ipam.PoolResized):
-                plan.pending[event.node] = event.pending_release
-            elif isinstance(event, ipam.BatchSizeChanged):
+    def _heard(self, folded: Sequence[Folded[ipam.SubnetEvent]]) -> None:
+        for item in folded:
+            if isinstance(item.event, ipam.BatchSizeChanged):
                 self.batch_changes += 1
-            elif isinstance(event, ipam.ExhaustionChanged):
+                self.last_change = item.event
+            elif isinstance(item.event, ipam.ExhaustionChanged):
                 self.flips += 1
-        return plan
-
-    def _merge(self, plans: Sequence[_Plan]) -> _Plan:
-        merged = _Plan()
-        for plan in plans:
-            merged.requests.extend(plan.requests)
-            merged.pending.update(plan.pending)
-        return merged
 
     def reconcile(self, t: int, nodes: Mapping[str, _Node]) -> _Plan:
-        plans = []
+        ahead = _at(t) - self.clock.now()
+        if ahead > timedelta(0):
+            self.clock.advance(ahead)
         for name, node in nodes.items():
             seen = (node.demand, node.in_use())
             if self._reported.get(name) != seen:
                 self._reported[name] = seen
-                command = ipam.ReportDemand("s", name, *seen, at=_at(t))
-                plans.append(self._collect(self._run(command)))
-        return self._merge(plans)
+                self.runtime.service.report_demand(_SUBNET, name, *seen)
+        self._step()
+        return self._effects()
 
-    def allocated(self, t: int, node: str, request: int, ips: tuple[str, ...]) -> _Plan:
-        return self._collect(self._run(ipam.RecordAllocation("s", node, request, ips, at=_at(t))))
+    def _step(self) -> None:
+        """The reactor makes the allocator calls the new events ask for (nothing new: no call)."""
+        head = self.store.head()
+        if head != self._stepped:
+            self.runtime.step()
+            self._stepped = self.store.head()
 
-    def released(self, t: int, node: str, ips: tuple[str, ...]) -> _Plan:
-        return self._collect(self._run(ipam.RecordRelease("s", node, ips, at=_at(t))))
+    def _effects(self) -> _Plan:
+        """What changed at the nodes since the last look: IPs allocated to them and given back,
+        and which IPs are pending release."""
+        plan = _Plan()
+        for name, pool in self.state.nodes.items():
+            known = self._known.get(name, ())
+            held = set(pool.held)
+            gone = tuple(ip for ip in known if ip not in held)
+            new = tuple(ip for ip in pool.held if ip not in set(known))
+            self._known[name] = pool.held
+            if gone:
+                plan.released.append((name, gone))
+            if new:
+                plan.delivered.append((name, new))
+            if pool.pending_release != self._pending.get(name, ()):
+                self._pending[name] = pool.pending_release
+                plan.pending[name] = pool.pending_release
+        return plan
 
-    def still_pending(self, node: str) -> frozenset[str]:
-        return frozenset(self._state.nodes[node].pending_release)
+    def holds(self, node: str) -> frozenset[str]:
+        pool = self.state.nodes.get(node)
+        return frozenset(pool.held) if pool is not None else frozenset()
+
+    def checkpoint(self, label: str) -> Checkpoint:
+        """The dumpstate the runtime holds now (its hosted stream, its last batch change)."""
+        position = self.store.head()
+        subnets = {_SUBNET: (self.state, self.last_change)}
+        return Checkpoint(label, position, dumpstate_of({}, subnets, position=position))
 
 
 def _at(t: int) -> datetime:
@@ -534,9 +599,12 @@ class _Call:
     ips: tuple[str, ...] = field(compare=False, default=())
 
 
-class _World:
+class _World(ABC):
+    """The pods, the nodes and the clock of one run; the policy's allocator calls are its
+    subclasses' business."""
+
     def __init__(
-        self, policy: Policy, script: _Script, capacity: int, latency: int, controller: _Controller
+        self, policy: Policy, script: _Script, capacity: int, latency: int, controller: _Policy
     ) -> None:
         self.policy = policy
         self.script = script
@@ -544,10 +612,8 @@ class _World:
         self.latency = latency
         self.controller = controller
         self.nodes = {name: _Node() for name in script.nodes}
-        self.allocator = _Allocator(capacity)
         self.calls: list[_Call] = []
-        self.allocation_calls = 0
-        self.release_calls = 0
+        self._order = itertools.count(1)
         self.waits: list[float] = []
         self.peak = 0
         self.steady_changes = 0
@@ -568,18 +634,20 @@ class _World:
             self.apply(t, self.controller.reconcile(t, self.nodes))
             if self.controller.batch != before and not demand_changed:
                 self.steady_changes += 1
-            self.peak = max(self.peak, sum(len(n.held) for n in self.nodes.values()))
+            self.peak = max(self.peak, self.holding())
+            self.reconciled(t)
         end = float(self.script.duration + 4 * self.latency)
         for node in self.nodes.values():
             # Pods still without an IP at the end waited the whole rest of the run.
             self.waits.extend(end - since for _, since in node.queue)
+        allocations, releases = self.calls_made()
         return PolicyFigures(
             policy=self.policy,
             exhaustion_flips=self.controller.flips,
             batch_changes=self.controller.batch_changes,
             steady_batch_changes=self.steady_changes,
-            allocation_calls=self.allocation_calls,
-            release_calls=self.release_calls,
+            allocation_calls=allocations,
+            release_calls=releases,
             pods=len(self.waits),
             pods_waited=sum(1 for w in self.waits if w > 0),
             pod_ip_wait=Latency.of(self.waits),
@@ -609,21 +677,68 @@ class _World:
             node.pods[pod] = usable.pop(0)
             self.waits.append(now - since)
 
+    def _call(self, call: _Call) -> None:
+        heapq.heappush(
+            self.calls,
+            _Call(call.due, next(self._order), call.node, call.request, call.count, call.ips),
+        )
+
+    # -- what each kind of controller does -----------------------------------------------------
+
+    @abstractmethod
+    def apply(self, t: int, plan: _Plan) -> None:
+        """Carry out what the controller decided at second ``t``."""
+
+    @abstractmethod
+    def land(self, t: int, call: _Call) -> None:
+        """A call made ``latency`` seconds ago lands."""
+
+    @abstractmethod
+    def calls_made(self) -> tuple[int, int]:
+        """Allocator calls made: allocations and releases."""
+
+    @abstractmethod
+    def reconciled(self, t: int) -> None:
+        """Second ``t`` is over."""
+
+    def holding(self) -> int:
+        """IPs the subnet has handed to nodes right now."""
+        return sum(len(n.held) for n in self.nodes.values())
+
+
+class _FeedbackWorld(_World):
+    """The naive and formula policies: the world makes their allocator calls, which land
+    ``latency`` seconds after they were decided."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        script: _Script,
+        capacity: int,
+        latency: int,
+        controller: _Controller,
+    ) -> None:
+        super().__init__(policy, script, capacity, latency, controller)
+        self.feedback = controller
+        self.allocator = _Allocator(capacity)
+        self.allocation_calls = 0
+        self.release_calls = 0
+
     def land(self, t: int, call: _Call) -> None:
         node = self.nodes[call.node]
         if call.count:
             granted = self.allocator.allocate(call.count)
             node.held.extend(granted)
-            self.apply(t, self.controller.allocated(t, call.node, call.request, granted))
+            self.apply(t, self.feedback.allocated(t, call.node, call.request, granted))
         else:
-            still = self.controller.still_pending(call.node)
+            still = self.feedback.still_pending(call.node)
             busy = set(node.pods.values())
             back = tuple(ip for ip in call.ips if ip in still and ip not in busy)
             if back:
                 node.held = [ip for ip in node.held if ip not in set(back)]
                 node.pending -= set(back)
                 self.allocator.release(back)
-                self.apply(t, self.controller.released(t, call.node, back))
+                self.apply(t, self.feedback.released(t, call.node, back))
         self.serve(node, t)
 
     def apply(self, t: int, plan: _Plan) -> None:
@@ -639,11 +754,62 @@ class _World:
                 self._call(_Call(t + self.latency, 0, name, ips=fresh))
             self.serve(node, t)
 
-    def _call(self, call: _Call) -> None:
-        order = self.allocation_calls + self.release_calls
-        heapq.heappush(
-            self.calls, _Call(call.due, order, call.node, call.request, call.count, call.ips)
-        )
+    def calls_made(self) -> tuple[int, int]:
+        return self.allocation_calls, self.release_calls
+
+    def reconciled(self, t: int) -> None:
+        del t  # the feedback policies keep no log: nothing to check a replay against
+
+
+class _RuntimeWorld(_World):
+    """The settled policy: the runtime calls the allocator and records the answers at once; a
+    node can use its new IPs ``latency`` seconds later."""
+
+    def __init__(
+        self,
+        script: _Script,
+        capacity: int,
+        latency: int,
+        controller: _RuntimeController,
+        *,
+        checkpoint_at: Mapping[int, str],
+    ) -> None:
+        super().__init__("settled", script, capacity, latency, controller)
+        self.runtime = controller
+        self.checkpoint_at = dict(checkpoint_at)
+        self.checkpoints: list[Checkpoint] = []
+
+    def apply(self, t: int, plan: _Plan) -> None:
+        for name, gone in plan.released:
+            node = self.nodes[name]
+            back = set(gone)
+            node.held = [ip for ip in node.held if ip not in back]
+            node.pending -= back
+        for name, pending in plan.pending.items():
+            node = self.nodes[name]
+            node.pending = set(pending)
+            self.serve(node, t)
+        for name, ips in plan.delivered:
+            self._call(_Call(t + self.latency, 0, name, ips=ips))
+
+    def land(self, t: int, call: _Call) -> None:
+        """IPs allocated ``latency`` ago reach the node (those it still holds: some may have
+        been given back meanwhile)."""
+        node = self.nodes[call.node]
+        holds = self.runtime.holds(call.node)
+        node.held.extend(ip for ip in call.ips if ip in holds and ip not in node.held)
+        self.serve(node, t)
+
+    def holding(self) -> int:
+        return ipam.allocated(self.runtime.state)
+
+    def calls_made(self) -> tuple[int, int]:
+        return self.runtime.allocator.allocate_calls, self.runtime.allocator.release_calls
+
+    def reconciled(self, t: int) -> None:
+        label = self.checkpoint_at.get(t)
+        if label is not None:
+            self.checkpoints.append(self.runtime.checkpoint(label))
 
 
 def run_subnet_scenario(
@@ -657,23 +823,37 @@ def run_subnet_scenario(
     fall_s: int = 180,
     tail_s: int = 60,
     allocator_latency_s: int = 2,
+    url: str | None = None,
 ) -> SubnetReport:
-    """Run the three policies on the same seeded pods; see the module docstring."""
+    """Run the three policies on the same seeded pods; see the module docstring. The settled
+    policy's runtime writes to the log at ``url`` (which must hold no events yet; a scratch
+    SQLite file when ``None``)."""
     if nodes < 1 or capacity < 1 or allocator_latency_s < 1:
         raise ValueError("nodes, capacity and allocator_latency_s must be at least 1")
     if not 0 <= peak_range[0] <= peak_range[1]:
         raise ValueError(f"peak_range must be (low, high) with 0 <= low <= high, got {peak_range}")
-    script = _script(Random(seed), nodes, peak_range, _Phases(rise_s, hold_s, fall_s, tail_s))
+    phases = _Phases(rise_s, hold_s, fall_s, tail_s)
+    script = _script(Random(seed), nodes, peak_range, phases)
     figures: dict[Policy, PolicyFigures] = {}
     for policy in POLICIES:
-        if policy == "settled":
-            aggregate = _AggregateController(capacity, script.nodes)
-            world = _World(policy, script, capacity, allocator_latency_s, aggregate)
-            figures[policy] = world.run(aggregate.startup())
-        else:
+        if policy != "settled":
             feedback = _FeedbackController(policy, capacity, script.nodes)
-            world = _World(policy, script, capacity, allocator_latency_s, feedback)
+            world = _FeedbackWorld(policy, script, capacity, allocator_latency_s, feedback)
             figures[policy] = world.run(_Plan())
+    checkpoint_at = {
+        rise_s: "end of the rise",
+        rise_s + hold_s: "end of the plateau",
+        script.duration + 4 * allocator_latency_s: "end",
+    }
+    with simulation_store(url, fresh=True) as store:
+        runtime = _RuntimeController(store, capacity, script.nodes)
+        settled = _RuntimeWorld(
+            script, capacity, allocator_latency_s, runtime, checkpoint_at=checkpoint_at
+        )
+        try:
+            figures["settled"] = settled.run(runtime.startup())
+        finally:
+            runtime.runtime.stop()
     return SubnetReport(
         seed=seed,
         capacity=capacity,
@@ -682,4 +862,5 @@ def run_subnet_scenario(
         duration_s=script.duration,
         allocator_latency_s=allocator_latency_s,
         policies=figures,
+        checkpoints=tuple(settled.checkpoints),
     )

@@ -3,19 +3,53 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from fleetledger.adapters.cli import EXIT_USAGE, SIMULATION_LOG, main
 from fleetledger.eventstore import open_store
+
+# The scenarios of node accounting, subnets and placement: each runs once for this module.
+LOGGED = ("restart", "subnet", "burst-workloads")
 
 
 def simulated(scenario: str, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
     assert main(["simulate", "--scenario", scenario, "--json", *extra]) == 0
     return dict(json.loads(capsys.readouterr().out))
+
+
+class ScenarioLogs:
+    """Scenarios run with ``--url`` on SQLite files, each once, when first asked for."""
+
+    def __init__(self, folder: pytest.TempPathFactory) -> None:
+        self._folder = folder
+        self._runs: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def get(self, scenario: str) -> tuple[str, dict[str, Any]]:
+        """The log's URL and the ``--json`` report of ``scenario``'s run."""
+        if scenario not in self._runs:
+            url = f"sqlite:///{self._folder.mktemp(scenario) / 'x.db'}"
+            saved = structlog.get_config()
+            out = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(out):
+                    code = main(["simulate", "--scenario", scenario, "--url", url, "--json"])
+            finally:
+                structlog.configure(**saved)
+            assert code == 0
+            self._runs[scenario] = url, dict(json.loads(out.getvalue()))
+        return self._runs[scenario]
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> ScenarioLogs:
+    return ScenarioLogs(tmp_path_factory)
 
 
 class TestSimulationLog:
@@ -46,10 +80,65 @@ class TestSimulationLog:
         assert _head(url) == first > 0
 
 
+class TestScenarioLogs:
+    """restart, subnet and burst-workloads run the runtime on virtual time and keep its log."""
+
+    @pytest.mark.parametrize("scenario", LOGGED)
+    def test_the_log_verifies(
+        self, scenario: str, logs: ScenarioLogs, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``audit verify`` passes on the log the run left, which is the one it names."""
+        url, report = logs.get(scenario)
+        assert report["log_url"] == url
+        assert main(["audit", "verify", "--url", url]) == 0
+        assert "ok:" in capsys.readouterr().out
+
+    @pytest.mark.parametrize("scenario", LOGGED)
+    def test_dumpstate_as_of_each_checkpoint_is_what_the_runtime_held(
+        self, scenario: str, logs: ScenarioLogs, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """At three positions of the run, ``dumpstate --as-of`` (a replay of the log) prints
+        the very JSON the live runtime held there (its SHA-256 is in the report)."""
+        url, report = logs.get(scenario)
+        checkpoints = report["checkpoints"]
+        assert len(checkpoints) == 3
+        for checkpoint in checkpoints:
+            capsys.readouterr()
+            as_of = ["dumpstate", "--url", url, "--as-of", str(checkpoint["position"])]
+            assert main(as_of) == 0
+            printed = capsys.readouterr().out.rstrip("\n")
+            assert hashlib.sha256(printed.encode()).hexdigest() == checkpoint["sha256"], checkpoint[
+                "label"
+            ]
+            assert json.loads(printed)["position"] == checkpoint["position"]
+
+    @pytest.mark.parametrize("scenario", LOGGED)
+    def test_events_tail_reads_the_log(
+        self, scenario: str, logs: ScenarioLogs, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``events tail`` shows the run's events."""
+        url, _ = logs.get(scenario)
+        assert main(["events", "tail", "--url", url, "--limit", "3"]) == 0
+        assert capsys.readouterr().out.strip()
+
+    @pytest.mark.parametrize("scenario", LOGGED)
+    def test_the_log_is_refused_a_second_run(
+        self, scenario: str, logs: ScenarioLogs, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A log that already holds a run cannot take another (the fleet's names would meet):
+        refused with exit 2 and a message, nothing written."""
+        url, _ = logs.get(scenario)
+        head = _head(url)
+        assert main(["simulate", "--scenario", scenario, "--url", url]) == EXIT_USAGE
+        assert "needs an empty log" in capsys.readouterr().err
+        assert _head(url) == head
+
+
 class TestCapabilityScenarios:
-    def test_subnet_compares_the_three_policies(self, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_subnet_compares_the_three_policies(self, logs: ScenarioLogs) -> None:
         """The subnet scenario's JSON carries each policy's oscillation figures."""
-        policies = simulated("subnet", capsys)["policies"]
+        _, report = logs.get("subnet")
+        policies = report["policies"]
         assert isinstance(policies, dict)
         assert set(policies) == {"naive", "formula", "settled"}
         for figures in policies.values():
@@ -62,12 +151,23 @@ class TestCapabilityScenarios:
             } <= set(figures)
         assert policies["settled"]["exhaustion_flips"] == 0
 
-    def test_restart_reports_both_buffer_rules(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """The restart scenario's JSON carries the buffers of both rules and the safety counts."""
-        report = simulated("restart", capsys)
+    def test_restart_reports_both_buffer_rules_and_the_rebuild(self, logs: ScenarioLogs) -> None:
+        """The restart scenario's JSON carries the buffers of both rules, the safety counts,
+        where the rebuild read up to and how long it took; one checkpoint is mid-restart."""
+        _, report = logs.get("restart")
         assert set(report["buffer_after_restart"]) == {"log_bound", "assume_max"}
         assert report["negative_values"] == report["grants_beyond_capacity"] == 0
         assert {"seconds_until_buffers_zero", "requests", "migrations_started"} <= set(report)
+        assert report["rebuild_seconds"] > 0
+        positions = {c["label"]: c["position"] for c in report["checkpoints"]}
+        assert positions["before the restart"] == report["rebuilt_from_position"]
+        assert report["rebuilt_from_position"] < positions["after the restart"] < positions["end"]
+
+    def test_burst_workloads_reports_its_optimality_gap(self, logs: ScenarioLogs) -> None:
+        """The burst-workloads JSON keeps its keys and adds the optimality gap, 0 on seed 1."""
+        _, report = logs.get("burst-workloads")
+        assert report["optimality_gap"] == 0
+        assert {"phases", "overcommitted_nodes", "node_events_per_batch"} <= set(report)
 
     def test_testbed_assigns_the_known_slots(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -80,10 +180,80 @@ class TestCapabilityScenarios:
         assert report["second_scheduling_waited"] is True
         assert {"job_states", "extender_p99_ms"} <= set(report)
 
+    def test_burst_vms_on_the_aks_profile_reports_time_to_all_outcomes(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A 1,000-VM burst at AKS batch times (60-120 s) and ARM's write budget: every outcome
+        within 1.5 x (the longest batch + the 5 s longest seal delay), none throttled."""
+        url = f"sqlite:///{tmp_path / 'aks.db'}"
+        report = simulated("burst-vms", capsys, "--cloud-profile", "aks", "--url", url)
+        assert report["requests"] == 1000
+        assert 60 <= report["seconds_to_all_outcomes"] <= 1.5 * (120 + 5)
+        assert "throttled" not in report["outcomes"]["failures"]
+        assert report["outcomes"]["without_outcome"] == 0
+
     def test_an_unknown_scenario_lists_every_name(self, capsys: pytest.CaptureFixture[str]) -> None:
         """A typo is answered with every scenario there is."""
         assert main(["simulate", "--scenario", "nosuch"]) == EXIT_USAGE
         assert "burst-vms, burst-workloads, restart, subnet, testbed" in capsys.readouterr().err
+
+
+class TestRefusedOptions:
+    @pytest.mark.parametrize("scenario", ["restart", "subnet", "testbed"])
+    def test_compare_is_refused_where_there_is_nothing_to_compare(
+        self,
+        scenario: str,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """--compare naive on a scenario without a naive twin is refused with exit 2, saying
+        which scenarios take it, before any log is written."""
+        monkeypatch.chdir(tmp_path)
+        assert main(["simulate", "--scenario", scenario, "--compare", "naive"]) == EXIT_USAGE
+        error = capsys.readouterr().err
+        assert f"--compare does not apply to the {scenario!r} scenario" in error
+        assert "burst-vms, burst-workloads" in error
+        assert not (tmp_path / SIMULATION_LOG).exists()
+
+    def test_burst_workloads_takes_compare(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """burst-workloads honours --compare naive: the naive placer's figures are reported."""
+        monkeypatch.chdir(tmp_path)
+        report = simulated("burst-workloads", capsys, "--compare", "naive")
+        assert [p["name"] for p in report["naive"]["phases"]] == ["fits", "overflow"]
+
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            (["--scenario", "subnet", "--cloud-profile", "aks"], "apply to the burst-vms"),
+            (["--scenario", "burst-vms", "--burst-size", "10"], "applies to the aks cloud"),
+        ],
+    )
+    def test_cloud_profile_options_are_refused_where_they_cannot_apply(
+        self,
+        options: list[str],
+        message: str,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """--cloud-profile and --burst-size change only burst-vms, and --burst-size only its
+        aks profile: anywhere else they are refused with exit 2 before a log is written."""
+        monkeypatch.chdir(tmp_path)
+        assert main(["simulate", *options]) == EXIT_USAGE
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / SIMULATION_LOG).exists()
+
+    def test_dumpstate_refuses_a_position_beyond_the_log(
+        self, logs: ScenarioLogs, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``--as-of`` past the head is refused with exit 2 and the positions there are."""
+        url, _ = logs.get("burst-workloads")
+        beyond = str(_head(url) + 1)
+        assert main(["dumpstate", "--url", url, "--as-of", beyond]) == EXIT_USAGE
+        assert "outside the log" in capsys.readouterr().err
 
 
 def _head(url: str) -> int:

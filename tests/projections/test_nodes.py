@@ -10,6 +10,7 @@ from fleetledger.projections.nodes import (
     NODE_EVENT_TYPE_NAMES,
     NodesProjection,
     dump_json,
+    dump_of,
     dumpstate_at,
     fold_nodes,
 )
@@ -108,6 +109,21 @@ class TestDumpstate:
         runtime.service.request_resources("a", cpu_milli=1000, memory_slots=1)
         assert fold_nodes(store, before)["n1"].vm_pods["a"].cpu.reserved == 3000
         assert fold_nodes(store, store.head())["n1"].vm_pods["a"].cpu.reserved == 1000
+
+    def test_the_hosted_states_dump_as_the_replay_of_their_position(
+        self, runtime: NodesRuntime, store: EventStore
+    ) -> None:
+        """``dump_of`` the streams' states held in memory equals a replay to the position they
+        were taken at, and differs from a replay to an earlier one."""
+        _traffic(runtime, rounds=1)
+        earlier = store.head()
+        runtime.service.request_resources("a", cpu_milli=3000, memory_slots=2)
+        position = store.head()
+        live = dump_of(runtime.service.hosted(), position)
+        runtime.service.request_resources("a", cpu_milli=1000, memory_slots=1)
+
+        assert dump_json(dumpstate_at(store, position)) == dump_json(live)
+        assert dumpstate_at(store, earlier)["nodes"] != live["nodes"]
 
     def test_a_position_beyond_the_log_is_refused(self, store: EventStore) -> None:
         """Asking for a position the log has not reached says which positions exist."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
+from fleetledger.adapters.runtime import Folded
+from fleetledger.domain.ipam import BatchSizeChanged, SubnetEvent
 from fleetledger.eventstore import EventStore
-from fleetledger.projections.subnets import SubnetsProjection, dump_at
+from fleetledger.projections.subnets import SubnetsProjection, dump_at, dump_of
 from tests.adapters.ipam.support import EPOCH, SUBNET, allocator
 
 NODES = tuple(f"node-{i}" for i in range(30))
@@ -145,6 +148,32 @@ class TestDump:
 
         assert past["position"] == before
         assert sorted(past["subnets"][SUBNET]["nodes"]) == list(NODES[:2])
+
+    def test_the_hosted_state_dumps_as_the_replay_of_its_position(self, store: EventStore) -> None:
+        """``dump_of`` the runtime's hosted subnet, with the last batch change it decided,
+        equals a replay of the log to the position it was taken at."""
+        runtime = IpamRuntime(store, allocator(), clock=ManualClock(EPOCH), threads=False)
+        changes: list[BatchSizeChanged] = []
+        stream = runtime.service.stream(SUBNET)
+
+        def heard(folded: Sequence[Folded[SubnetEvent]]) -> None:
+            changes.extend(f.event for f in folded if isinstance(f.event, BatchSizeChanged))
+
+        stream.on_events(heard)
+        runtime.start()
+        runtime.service.create(SUBNET, 1024)
+        runtime.service.join(SUBNET, NODES)
+        runtime.step()
+        for node in NODES:
+            runtime.service.report_demand(SUBNET, node, 31)
+        runtime.step()
+        position = store.head()
+        live = dump_of({SUBNET: (stream.state, changes[-1])}, position)
+        runtime.service.report_demand(SUBNET, NODES[0], 2)
+
+        assert changes, "the demand was meant to change the batch"
+        assert dump_at(store, position) == live
+        assert dump_at(store) != live
 
     def test_a_position_outside_the_log_is_refused(self, store: EventStore) -> None:
         """What to pick instead is in the message."""

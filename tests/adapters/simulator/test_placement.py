@@ -3,11 +3,14 @@ it overflows, one snapshot and one append per batch, never an overcommitted node
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
 
 from fleetledger.adapters.simulator.placement import PlacementReport, run_placement_scenario
+from fleetledger.eventstore import open_store
+from fleetledger.projections.dumpstate import dumpstate_at
 
 
 @pytest.fixture(scope="module")
@@ -84,3 +87,36 @@ class TestBurstWorkloads:
     def test_deterministic(self) -> None:
         """The same seed gives the same figures."""
         assert run_placement_scenario(3).to_dict() == run_placement_scenario(3).to_dict()
+
+
+class TestTheLog:
+    def test_the_log_verifies_and_replays_to_each_checkpoint(self, store_url: str) -> None:
+        """On SQLite and Postgres: the hash chain holds, and with the fits placed, the
+        overflow's workers requested and the overflow placed, a replay of the log equals the
+        nodes the placement runtime held."""
+        report = run_placement_scenario(2, url=store_url)
+        assert [c.label for c in report.checkpoints] == [
+            "fits placed",
+            "overflow workers requested",
+            "overflow placed",
+        ]
+        assert len({c.sha256 for c in report.checkpoints}) == 3
+        with contextlib.closing(open_store(store_url)) as store:
+            assert store.verify().ok
+            for checkpoint in report.checkpoints:
+                assert dumpstate_at(store, checkpoint.position) == checkpoint.state
+
+    def test_compared_the_naive_fleet_follows_in_the_same_log(self, sqlite_url: str) -> None:
+        """With --compare naive the naive placer's fleet is added after the batch run: the
+        checkpoints, taken before it, still replay."""
+        report = run_placement_scenario(2, url=sqlite_url, compare_naive=True)
+        with contextlib.closing(open_store(sqlite_url)) as store:
+            last = report.checkpoints[-1]
+            assert store.head() > last.position
+            assert dumpstate_at(store, last.position) == last.state
+
+    def test_the_log_must_be_empty(self, sqlite_url: str) -> None:
+        """A log that already holds a run is refused, before anything is written."""
+        run_placement_scenario(2, url=sqlite_url)
+        with pytest.raises(ValueError, match="needs an empty log"):
+            run_placement_scenario(2, url=sqlite_url)

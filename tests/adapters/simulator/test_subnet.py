@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -11,6 +12,10 @@ from fleetledger.adapters.simulator.subnet import (
     SubnetReport,
     run_subnet_scenario,
 )
+from fleetledger.eventstore import open_store
+from fleetledger.projections.dumpstate import dumpstate_at
+
+SMALL = {"nodes": 6, "capacity": 128, "rise_s": 30, "hold_s": 30, "fall_s": 30}
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +95,10 @@ class TestReport:
 
     def test_same_seed_same_report(self) -> None:
         """The run is a function of its seed (on a smaller cluster, to keep the test short)."""
-        options = {"nodes": 6, "capacity": 128, "rise_s": 30, "hold_s": 30, "fall_s": 30}
-        first = run_subnet_scenario(7, **options)  # type: ignore[arg-type]
-        again = run_subnet_scenario(7, **options)  # type: ignore[arg-type]
+        first = run_subnet_scenario(7, **SMALL)  # type: ignore[arg-type]
+        again = run_subnet_scenario(7, **SMALL)  # type: ignore[arg-type]
         assert first.to_dict() == again.to_dict()
-        assert first.to_dict() != run_subnet_scenario(8, **options).to_dict()  # type: ignore[arg-type]
+        assert first.to_dict() != run_subnet_scenario(8, **SMALL).to_dict()  # type: ignore[arg-type]
 
     @pytest.mark.parametrize(
         "options",
@@ -104,3 +108,54 @@ class TestReport:
         """Options out of range are refused with the reason."""
         with pytest.raises(ValueError, match="must be"):
             run_subnet_scenario(1, **options)  # type: ignore[arg-type]
+
+
+class TestTheLog:
+    """The settled policy runs the pod-IP runtime on the scenario's log."""
+
+    def test_the_log_verifies_and_replays_to_each_checkpoint(self, store_url: str) -> None:
+        """On SQLite and Postgres: the hash chain holds, and at the end of the rise, of the
+        plateau and of the run a replay of the log equals the subnet the runtime held."""
+        report = run_subnet_scenario(3, url=store_url, **SMALL)  # type: ignore[arg-type]
+        assert [c.label for c in report.checkpoints] == [
+            "end of the rise",
+            "end of the plateau",
+            "end",
+        ]
+        with contextlib.closing(open_store(store_url)) as store:
+            assert store.verify().ok
+            for checkpoint in report.checkpoints:
+                assert dumpstate_at(store, checkpoint.position) == checkpoint.state
+
+    def test_the_runtime_decided_the_settled_figures(self, store_url: str) -> None:
+        """The settled figures are the log's: its allocations, releases and batch changes are
+        events in it."""
+        report = run_subnet_scenario(3, url=store_url, **SMALL)  # type: ignore[arg-type]
+        settled = report.policies["settled"]
+        with contextlib.closing(open_store(store_url)) as store:
+            records = store.read_all(limit=100_000)
+        types = [r.type for r in records]
+        assert types.count("ipam.IpsAllocated") == settled.allocation_calls > 0
+        assert types.count("ipam.IpsReleased") == settled.release_calls
+        # The batch the join sets is not a change under load (see the module docstring).
+        under_load = [
+            r
+            for r in records
+            if r.type == "ipam.BatchSizeChanged" and not str(r.data["cause"]).startswith("join")
+        ]
+        assert len(under_load) == settled.batch_changes > 0
+
+    def test_the_checkpoints_differ_as_the_pools_grow_and_shrink(
+        self, report: SubnetReport
+    ) -> None:
+        """The subnet held at the end of the rise, of the plateau and of the run differ."""
+        assert len({c.sha256 for c in report.checkpoints}) == 3
+        assert [c.position for c in report.checkpoints] == sorted(
+            c.position for c in report.checkpoints
+        )
+
+    def test_the_log_must_be_empty(self, sqlite_url: str) -> None:
+        """A log that already holds a run is refused."""
+        run_subnet_scenario(3, url=sqlite_url, **SMALL)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="needs an empty log"):
+            run_subnet_scenario(3, url=sqlite_url, **SMALL)  # type: ignore[arg-type]
