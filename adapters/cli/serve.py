@@ -127,9 +127,36 @@ def register(commands: Subcommands) -> None:
         "--pool",
         action="append",
         default=[],
-        metavar="NAME=VM_SIZE:CPU_MILLI:MEMORY_GIB",
+        metavar="NAME=VM_SIZE:CPU_MILLI:MEMORY_GIB[:STRATEGY]",
         help="a worker pool placement may grow (repeatable), e.g. "
-        "--pool general=Standard_D4s_v5:4000:16; workloads need at least one",
+        "--pool general=Standard_D4s_v5:4000:16; workloads need at least one. STRATEGY: binpack "
+        "(default: the fullest node that fits) or spread (the emptiest)",
+    )
+    parser.add_argument(
+        "--placement-search-steps",
+        type=int,
+        metavar="STEPS",
+        help="each placement plan's budget for packing overflow on the fewest new workers "
+        "exactly (default 1000; 0: first-fit only; the plan reports its optimality gap)",
+    )
+    parser.add_argument(
+        "--ipam-max-ips",
+        type=int,
+        metavar="IPS",
+        help="the most pod IPs a node takes, 1-250 (default 250; a node joined with its own "
+        "max pods uses the smaller)",
+    )
+    parser.add_argument(
+        "--ipam-x-nsf",
+        type=float,
+        metavar="FACTOR",
+        help="node safety factor of the pod-IP batch, >= 1 (seed 03's X_nsf)",
+    )
+    parser.add_argument(
+        "--ipam-x-ssf",
+        type=float,
+        metavar="FACTOR",
+        help="subnet safety factor of the pod-IP batch, in (0, 1] (seed 03's X_ssf)",
     )
     parser.add_argument(
         "--cluster",
@@ -224,8 +251,7 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
         extender = _extender_settings(args)
         namespace = _namespace(args.testbeds_namespace)
-        subnets = [_subnet(spec) for spec in args.subnet]
-        pools = [_pool(spec) for spec in args.pool]
+        capability_options = _capability_options(args)
         anchor_signer = _serve_anchor_signer(args)
     except (CloudNotConfigured, InvalidCommand, ValueError) as e:
         print(f"fleetledger: error: {e}", file=sys.stderr)
@@ -275,10 +301,9 @@ def run(args: argparse.Namespace) -> int:
             leadership,
             clock,
             runtime,
-            subnets=subnets,
-            pools=pools,
             cluster=args.cluster,
             testbeds_namespace=namespace,
+            **capability_options,
         )
         if anchoring is not None:
             # First among the companions, so stopped last: its stop-time anchor follows the
@@ -493,22 +518,57 @@ def _subnet(spec: str) -> tuple[str, int]:
     return subnet_id, int(capacity)
 
 
+def _capability_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The subnets', placement's and IPAM's settings, each validated (``ValueError`` or
+    ``InvalidCommand`` says what to fix)."""
+    return {
+        "subnets": [_subnet(spec) for spec in args.subnet],
+        "pools": [_pool(spec) for spec in args.pool],
+        "ipam_config": _ipam_config(args),
+        "search_steps": _search_steps(args),
+    }
+
+
+def _ipam_config(args: argparse.Namespace) -> Any:
+    from fleetledger.domain.ipam import IpamConfig
+
+    given = {
+        "max_ips": args.ipam_max_ips,
+        "x_nsf": args.ipam_x_nsf,
+        "x_ssf": args.ipam_x_ssf,
+    }
+    # IpamConfig validates each with the seed's meaning; what is not given keeps its default.
+    return IpamConfig(**{key: value for key, value in given.items() if value is not None})
+
+
+def _search_steps(args: argparse.Namespace) -> int | None:
+    if args.placement_search_steps is None:
+        return None
+    from fleetledger.domain.placement import check_search_steps
+
+    return check_search_steps(args.placement_search_steps)
+
+
 def _pool(spec: str) -> Any:
-    from fleetledger.domain.placement import Pool
+    from fleetledger.domain.placement import Pool, Strategy
     from fleetledger.domain.template import MachineTemplate
 
+    strategies: dict[str, Strategy] = {"binpack": "binpack", "spread": "spread"}
     name, _, shape = spec.partition("=")
     parts = shape.split(":")
-    if not name or len(parts) != 3 or not all(p.isdigit() for p in parts[1:]):
+    strategy = strategies.get(parts.pop() if len(parts) == 4 else "binpack")
+    if not name or len(parts) != 3 or not all(p.isdigit() for p in parts[1:]) or strategy is None:
         raise ValueError(
-            f"--pool takes NAME=VM_SIZE:CPU_MILLI:MEMORY_GIB, e.g. "
-            f"general=Standard_D4s_v5:4000:16, not {spec!r}"
+            f"--pool takes NAME=VM_SIZE:CPU_MILLI:MEMORY_GIB[:binpack|spread], e.g. "
+            f"general=Standard_D4s_v5:4000:16 or batch=Standard_D4s_v5:4000:16:spread, "
+            f"not {spec!r}"
         )
     return Pool(
         name=name,
         template=MachineTemplate(vm_size=parts[0]),
         worker_cpu_milli=int(parts[1]),
         worker_memory_bytes=int(parts[2]) << 30,
+        strategy=strategy,
     )
 
 

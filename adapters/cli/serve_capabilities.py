@@ -37,6 +37,8 @@ def build_capabilities(
     pools: list[Any],
     cluster: str,
     testbeds_namespace: str = "default",
+    ipam_config: Any = None,
+    search_steps: int | None = None,
 ) -> Capabilities:
     """The runtimes and routes served beside the machines API, on the process's leadership."""
     from fleetledger.adapters.heap import FrozenStartupHeap
@@ -51,7 +53,12 @@ def build_capabilities(
     for subnet_id, capacity in subnets:
         allocator.add_subnet(subnet_id, capacity)
     ipam = IpamRuntime(
-        store, allocator, clock=clock, leadership=leadership, manage_leadership=False
+        store,
+        allocator,
+        clock=clock,
+        config=ipam_config,
+        leadership=leadership,
+        manage_leadership=False,
     )
     gateway, applications = _cluster(cluster, testbeds_namespace)
     nodes = NodesRuntime(
@@ -71,10 +78,12 @@ def build_capabilities(
     if pools:
         from fleetledger.adapters.http.workloads import workloads_router
         from fleetledger.adapters.placement import PlacementRuntime
+        from fleetledger.domain.placement import DEFAULT_SEARCH_STEPS
 
         placement = PlacementRuntime(
             store, nodes.service, pools, machines=machines.service, clock=clock,
             leadership=leadership,
+            search_steps=DEFAULT_SEARCH_STEPS if search_steps is None else search_steps,
         )  # fmt: skip
         runtimes.append(placement)
         routers.append(workloads_router(placement))

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from fleetledger.adapters.cli import EXIT_ERROR, EXIT_TAMPERED, EXIT_USAGE, main, serve
+from fleetledger.adapters.cli.main import build_parser
 from fleetledger.adapters.cli.serve_capabilities import build_capabilities
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.cluster import FakeCluster, Node
@@ -327,5 +328,56 @@ class TestWriteBudgetOptions:
         code = main(["serve", "--url", sqlite_url, *options])
 
         assert code == EXIT_USAGE
+        assert message in capsys.readouterr().err
+        assert opened == []
+
+
+class TestCapabilityOptions:
+    def test_ipam_and_placement_settings_reach_their_configuration(self) -> None:
+        """The seed's pod-IP factors and node maximum, the placement search budget and a
+        pool's strategy are read from the command line into the capabilities' settings."""
+        args = build_parser().parse_args(
+            [
+                "serve",
+                *("--ipam-max-ips", "110", "--ipam-x-nsf", "3", "--ipam-x-ssf", "0.8"),
+                *("--placement-search-steps", "50"),
+                *("--pool", "batch=Standard_D4s_v5:4000:16:spread"),
+                *("--pool", "general=Standard_D8s_v5:8000:32"),
+            ]
+        )
+
+        options = serve._capability_options(args)
+
+        config = options["ipam_config"]
+        assert (config.max_ips, config.x_nsf, config.x_ssf) == (110, 3, 0.8)
+        assert options["search_steps"] == 50
+        assert [(p.name, p.strategy) for p in options["pools"]] == [
+            ("batch", "spread"),
+            ("general", "binpack"),
+        ]
+
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            (["--ipam-max-ips", "300"], "max_ips must be an integer between 1 and 250"),
+            (["--ipam-x-ssf", "1.5"], "x_ssf (the subnet safety factor) must be"),
+            (["--ipam-x-nsf", "0.5"], "x_nsf must be at least 1"),
+            (["--placement-search-steps", "-1"], "search_steps must be a non-negative"),
+            (["--pool", "a=Standard_D4s_v5:4000:16:wide"], "[:binpack|spread]"),
+        ],
+    )
+    def test_settings_that_cannot_work_are_usage_errors(
+        self,
+        sqlite_url: str,
+        options: list[str],
+        message: str,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """Each is refused with the seed's meaning, before the log is opened."""
+        opened: list[Any] = []
+        monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
+
+        assert main(["serve", "--url", sqlite_url, *options]) == EXIT_USAGE
         assert message in capsys.readouterr().err
         assert opened == []
