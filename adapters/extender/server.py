@@ -179,7 +179,9 @@ class ExtenderDecider:
         self._known: frozenset[str] = frozenset()
         # Per testbed: the store's wake sequence read before its last fold, and when that was.
         self._folded: dict[str, tuple[int, float]] = {}
-        self._holders_of: dict[str, tuple[testbed.TestbedState, dict[str, testbed.Slot]]] = {}
+        # Per testbed: a fold's wake sequence and a later one at which no notification had come
+        # since the fold was read.
+        self._fresh_at: dict[str, tuple[int, int]] = {}
         # Per testbed: the read of its stream in flight (when it started, and its future).
         self._flights: dict[str, tuple[float, asyncio.Future[None]]] = {}
         self._wakeups_trusted = False
@@ -260,30 +262,12 @@ class ExtenderDecider:
         self, bed: str, pod: PodToPlace, candidates: tuple[str, ...]
     ) -> FilterDecision:
         state = self._service.testbed(bed).state
-        slot = self._holders(bed, state).get(pod.name)
+        # The pod holds a reservation: filter_pod's answer then depends on that slot alone, and
+        # finding it (every slot's state) is done once per folded state.
+        slot = testbed.reservation_of(state, pod.name)
         if slot is None:
             return filter_pod(state, pod, candidates, at=self._service.clock.now())
-        # The pod holds a reservation: filter_pod's answer then depends on that slot alone, and
-        # finding it is the expensive part (every slot's state); it was found once per fold.
-        elsewhere = f"pod {pod.name} has slot {slot.slot_id}, which is on node {slot.node}"
-        if slot.node not in candidates:
-            return FilterDecision((), dict.fromkeys(candidates, elsewhere), ())
-        return FilterDecision(
-            (slot.node,), {n: elsewhere for n in candidates if n != slot.node}, ()
-        )
-
-    def _holders(self, bed: str, state: testbed.TestbedState) -> Mapping[str, testbed.Slot]:
-        """Each pod's reserved (or occupied) slot in ``state`` (as ``reservation_of`` finds it:
-        the first by slot id), computed once per folded state."""
-        cached = self._holders_of.get(bed)
-        if cached is not None and cached[0] is state:
-            return cached[1]
-        holders: dict[str, testbed.Slot] = {}
-        for slot in testbed.slots(state):
-            if slot.reserved_for is not None:
-                holders.setdefault(slot.reserved_for, slot)
-        self._holders_of[bed] = (state, holders)
-        return holders
+        return _held(pod, slot, candidates)
 
     def _decide_preempt(
         self, bed: str, pod: PodToPlace, candidates: tuple[str, ...] | None
@@ -298,10 +282,18 @@ class ExtenderDecider:
         seen, at = folded
         if time.monotonic() - at > self._max_fold_age:
             return True
+        # Every wake-up, a notification's or this process's own append, moves the sequence: while
+        # it stays where the last check found no notification since ``seen``, none came since.
+        now = self._store.wake_sequence()
+        if self._fresh_at.get(bed) == (seen, now):
+            return False
         # Without waiting: True when another process appended since the wake sequence ``seen``
         # (a notification wakes every waiter). This process's own appends to a testbed need no
         # read: they go through the service's hosted stream, which folds them as they commit.
-        return self._store.wait_for_wake(seen, 0, types=())
+        if self._store.wait_for_wake(seen, 0, types=()):
+            return True
+        self._fresh_at[bed] = (seen, now)
+        return False
 
     # -- blocking effects ------------------------------------------------------------------------
 
@@ -412,6 +404,12 @@ class ExtenderDecider:
         self, bed: str, pod: PodToPlace, candidates: tuple[str, ...]
     ) -> FilterDecision:
         """:meth:`filter` on an event loop."""
+        if bed in self._known and not self._stale(bed):
+            # The common call, a pod asking again about the slot it holds on a fresh fold, is
+            # answered as the steps would answer it, without running them.
+            slot = testbed.reservation_of(self._service.testbed(bed).state, pod.name)
+            if slot is not None and slot.node in candidates:
+                return _held(pod, slot, candidates)
         return await self._arun(self._filtering(bed, pod, candidates))
 
     async def apreempt(
@@ -438,6 +436,14 @@ class ExtenderDecider:
         self._wakeups_trusted = self._store.wait_for_wake(seen, listener_wait, types=())
         if not self._wakeups_trusted:
             log.warning("no notification listener; the extender reads the log on every call")
+
+
+def _held(pod: PodToPlace, slot: testbed.Slot, candidates: tuple[str, ...]) -> FilterDecision:
+    """:func:`filter_pod`'s answer for a pod that holds ``slot``."""
+    elsewhere = f"pod {pod.name} has slot {slot.slot_id}, which is on node {slot.node}"
+    if slot.node not in candidates:
+        return FilterDecision((), dict.fromkeys(candidates, elsewhere), ())
+    return FilterDecision((slot.node,), {n: elsewhere for n in candidates if n != slot.node}, ())
 
 
 def _raise_translated(error: BaseException) -> None:

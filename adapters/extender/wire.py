@@ -198,6 +198,9 @@ def _text(raw: object, loc: Loc) -> str:
 def _text_map(raw: object, loc: Loc) -> dict[str, str]:
     if raw is None:
         return {}
+    # Parsed JSON: a dict of texts is taken as is; anything else is checked key by key.
+    if type(raw) is dict and all(type(v) is str for v in raw.values()):
+        return raw
     return {str(k): _text(v, (*loc, str(k))) for k, v in _object(raw, loc).items()}
 
 
@@ -223,6 +226,10 @@ def _encode_pod(pod: ExtenderPod) -> _Json:
 
 
 def _node_name(node: Mapping[str, object], loc: Loc) -> str:
+    metadata = node.get("metadata")
+    # Parsed JSON, as it comes: no location is built unless the node is at fault.
+    if type(metadata) is dict and type(name := metadata.get("name")) is str:
+        return name
     metadata = _object(node.get("metadata"), (*loc, "metadata"))
     return _text(metadata.get("name"), (*loc, "metadata", "name"))
 

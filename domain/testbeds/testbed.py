@@ -506,31 +506,68 @@ def _is_desired_ghost(pod: ObservedPod, defined: TestbedDefined, node: str, pos:
 def slots(state: TestbedState) -> tuple[Slot, ...]:
     """Every desired slot by id, with its state (see the module docstring); none once the
     testbed is deleted."""
-    # The extender asks for the slots of one state several times per answer, under load: the
-    # last answer is kept (states are immutable, so the same object has the same slots).
-    global _last_slots  # noqa: PLW0603 - a one-entry memo, replaced whole
-    last = _last_slots
-    if last is not None and last[0] is state:
-        return last[1]
+    return _indexed(state)[0]
+
+
+_SlotsIndex: TypeAlias = tuple[tuple[Slot, ...], Mapping[str, Slot]]
+_MEMO_SIZE = 8
+_memo: tuple[tuple[TestbedState, _SlotsIndex], ...] = ()
+"""The slots (and each pod's reserved slot) of the last few states asked about, newest first.
+The extender asks about a handful of states at once (the fold answering re-asks, the one a
+reservation is decided on, the one after it) many times per second; states are immutable, so
+the same object has the same slots. Replaced whole: a thread reads the old tuple or the new."""
+
+
+def _indexed(state: TestbedState) -> _SlotsIndex:
+    global _memo  # noqa: PLW0603 - a small memo, replaced whole
+    memo = _memo
+    for known, index in memo:
+        if known is state:
+            return index
     result = _slots(state)
-    _last_slots = (state, result)  # one assignment: a thread reads the old pair or the new one
-    return result
+    holders: dict[str, Slot] = {}
+    for slot in result:
+        if slot.reserved_for is not None:
+            holders.setdefault(slot.reserved_for, slot)
+    index = (result, holders)
+    _memo = ((state, index), *memo[: _MEMO_SIZE - 1])
+    return index
 
 
-_last_slots: tuple[TestbedState, tuple[Slot, ...]] | None = None
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """A desired slot's place and the observed ghosts there, which depend on the testbed's
+    definition, nodes and pods alone: not on its reservations, which change far more often."""
+
+    slot_id: int
+    node: str
+    position_on_node: int
+    ghost: ObservedPod | None
+    """The first desired ghost by name."""
+    conflicting: bool
+    """More than one desired ghost, or a node without room for its slots."""
 
 
-def _slots(state: TestbedState) -> tuple[Slot, ...]:
-    defined = state.defined
-    if defined is None or state.deleted:
-        return ()
-    pods_by_name = {p.name: p for p in state.pods}
+_last_layout: tuple[tuple[object, ...], tuple[_Place, ...], Mapping[str, str | None]] | None = None
+
+
+def _layout(
+    state: TestbedState, defined: TestbedDefined
+) -> tuple[tuple[_Place, ...], Mapping[str, str | None]]:
+    """The places of ``state``'s slots, and each observed pod's node by name: kept for the last
+    (definition, nodes, pods) seen, which a reservation's state shares with the state before."""
+    global _last_layout  # noqa: PLW0603 - a one-entry memo, replaced whole
+    key: tuple[object, ...] = (defined, state.nodes, state.pods)
+    last = _last_layout
+    if last is not None and all(a is b for a, b in zip(last[0], key, strict=True)):
+        return last[1], last[2]
+    pod_nodes = {p.name: p.node for p in state.pods}
     # Ghosts by their place, built once: scanning every pod for every slot is quadratic.
     ghosts_at: dict[tuple[str | None, int | None], list[ObservedPod]] = {}
     for observed in state.pods:
         ghosts_at.setdefault((observed.node, observed.position_on_node), []).append(observed)
     cramped = set(_cramped_nodes(state))
-    result: list[Slot] = []
+    places: list[_Place] = []
     for slot_id, node, pos in _places(state):
         ghosts = sorted(
             (
@@ -540,26 +577,56 @@ def _slots(state: TestbedState) -> tuple[Slot, ...]:
             ),
             key=lambda p: p.name,
         )
-        reservation = state.reservations.get((node.name, pos))
-        status: SlotStatus
-        if len(ghosts) > 1 or node.name in cramped:
-            status = "error"
-        elif reservation is not None:
-            pod = pods_by_name.get(reservation.pod_name)
-            status = _reserved_status(None if pod is None else pod.node, node.name)
-        else:
-            status = "free" if ghosts else "creating"
-        result.append(
-            Slot(
+        places.append(
+            _Place(
                 slot_id,
                 node.name,
                 pos,
-                status,
                 ghosts[0] if ghosts else None,
-                None if reservation is None else reservation.pod_name,
+                len(ghosts) > 1 or node.name in cramped,
             )
         )
-    return tuple(result)
+    layout = tuple(places)
+    _last_layout = (key, layout, pod_nodes)
+    return layout, pod_nodes
+
+
+_last_built: tuple[tuple[_Place, ...], tuple[Slot, ...]] | None = None
+
+
+def _slots(state: TestbedState) -> tuple[Slot, ...]:
+    global _last_built  # noqa: PLW0603 - a one-entry memo, replaced whole
+    defined = state.defined
+    if defined is None or state.deleted:
+        return ()
+    places, pod_nodes = _layout(state, defined)
+    # Consecutive states mostly differ in one reservation: the slots that did not change are
+    # taken from the last result over the same places rather than built again.
+    built = _last_built
+    previous = built[1] if built is not None and built[0] is places else None
+    reservations = state.reservations
+    result: list[Slot] = []
+    for i, place in enumerate(places):
+        reservation = reservations.get((place.node, place.position_on_node))
+        status: SlotStatus
+        if place.conflicting:
+            status = "error"
+        elif reservation is not None:
+            status = _reserved_status(pod_nodes.get(reservation.pod_name), place.node)
+        else:
+            status = "free" if place.ghost is not None else "creating"
+        holder = None if reservation is None else reservation.pod_name
+        if previous is not None:
+            before = previous[i]
+            if before.status == status and before.reserved_for == holder:
+                result.append(before)
+                continue
+        result.append(
+            Slot(place.slot_id, place.node, place.position_on_node, status, place.ghost, holder)
+        )
+    done = tuple(result)
+    _last_built = (places, done)
+    return done
 
 
 def _reserved_status(bound: str | None, node: str) -> SlotStatus:
@@ -588,10 +655,7 @@ def nodes_of(state: TestbedState, slot_ids: Iterable[int]) -> tuple[str, ...]:
 
 def reservation_of(state: TestbedState, pod_name: str) -> Slot | None:
     """The slot reserved for (or occupied by) the named pod, if any."""
-    for slot in slots(state):
-        if slot.reserved_for == pod_name:
-            return slot
-    return None
+    return _indexed(state)[1].get(pod_name)
 
 
 def _cramped_nodes(state: TestbedState) -> dict[str, str]:

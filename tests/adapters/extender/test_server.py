@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -449,6 +450,31 @@ class TestReadingTheLog:
 
             def moved_on() -> bool:
                 answers.append(decider.filter(BED, self.POD, ("n1", "n2")))
+                return not answers[-1].nodes
+
+            wait_until(moved_on, timeout=5, what="the other process's append to be seen")
+            assert "no free slot for pod p" in answers[-1].failed["n2"]
+
+    def test_calls_on_a_loop_see_another_processs_append(self, postgres_url: str) -> None:
+        """The same on an event loop, where a pod asking again is answered without running the
+        decision's steps: a notification still sends the next call to the log."""
+        with open_store(postgres_url) as ours, open_store(postgres_url) as theirs:
+            w = world(theirs)
+            w.runtime.reconciler.reconcile(BED)
+            decider = ExtenderDecider(TestbedsService(ours, clock=w.clock), max_fold_age=600)
+            decider.prime()
+            ask = functools.partial(decider.afilter, BED, self.POD, ("n1", "n2"))
+            assert asyncio.run(ask()).nodes == ("n2",)
+            assert asyncio.run(ask()).nodes == ("n2",)  # from the fold
+            w.clock.advance(1)
+            w.runtime.step()
+            other = ExtenderDecider(w.service)
+            assert other.filter(BED, PodToPlace("q", "u2", (1,)), ("n1", "n2")).nodes == ("n2",)
+
+            answers = []
+
+            def moved_on() -> bool:
+                answers.append(asyncio.run(ask()))
                 return not answers[-1].nodes
 
             wait_until(moved_on, timeout=5, what="the other process's append to be seen")
