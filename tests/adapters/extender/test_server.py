@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,16 +22,9 @@ from fleetledger.adapters.testbeds import TestbedsService
 from fleetledger.domain.testbeds import PodToPlace, filter_pod, testbed
 from fleetledger.eventstore import EventStore, StoreUnavailable, open_store
 from tests.adapters.testbeds.support import BED, World, world
+from tests.waiting import wait_until
 
 TOKEN = "extender-token-0123456789abcdef"
-
-
-def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def pod_json(name: str, uid: str, slot_ids: str = "1,3") -> dict[str, Any]:

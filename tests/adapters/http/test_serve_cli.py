@@ -10,8 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.cluster import FakeCluster, Node
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
 from fleetledger.eventstore import EventStore
+from tests.waiting import wait_until
 
 EXTENDER_TOKEN = "extender-token-0123456789abcdef"
 
@@ -211,14 +211,6 @@ class TestTestbedsOnTheLeader:
 
 def ghosts(cluster: FakeCluster) -> list[str]:
     return [p.name for p in cluster.list_pods() if "-ghost-" in p.name]
-
-
-def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import queue
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +40,7 @@ from fleetledger.adapters.testbeds import (
 from fleetledger.domain.testbeds import JobDefined
 from fleetledger.eventstore import EventStore, NewEvent, StreamAppend, open_store
 from tests.adapters.testbeds.support import two_nodes
+from tests.waiting import eventually
 
 TOKEN = "watch-token-0123456789abcdef"
 WATCHED = sorted(
@@ -60,16 +61,6 @@ def watched_positions(store: EventStore) -> list[int]:
 def define_jobs(service: TestbedsService, *names: str) -> None:
     for name in names:
         service.define_job(name, kind="spark", image="spark:3.5", main_file=f"/{name}.py")
-
-
-def eventually(condition: Callable[[], bool], *, timeout: float = 10.0) -> bool:
-    """Whether ``condition`` holds within ``timeout`` s (the server's counters have no signal)."""
-    tick = threading.Event()
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return True
-        tick.wait(0.02)
-    return condition()
 
 
 @contextlib.contextmanager

@@ -30,8 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from fleetledger.eventstore import open_store
 from tests.adapters.kubernetes.fake_api import FakeApiServer, fake_api_server, node_object
 from tests.adapters.kubernetes.operators import spark_executor_pods
 from tests.adapters.kubernetes.test_applications import served
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -60,14 +60,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def _kubeconfig(path: Path, server: str) -> Path:
@@ -160,7 +152,7 @@ def serve(postgres_url: str, cluster: FakeApiServer, tmp_path: Path) -> Iterator
         postgres_url, _kubeconfig(tmp_path / "kubeconfig", cluster.url), tmp_path / "serve.log"
     )
     try:
-        _wait_until(process.leading, timeout=60, what="serve up and leading")
+        wait_until(process.leading, timeout=60, what="serve up and leading")
         yield process
     finally:
         process.stop()
@@ -385,7 +377,7 @@ def test_a_scheduling_runs_through_serve_the_extender_and_the_operator(
                 and not cluster.list_body(SPARK_KEY)["items"]
             )
 
-        _wait_until(done, timeout=120, what="both jobs completed and their applications deleted")
+        wait_until(done, timeout=120, what="both jobs completed and their applications deleted")
 
         jobs = {j: api.get(f"/v1/jobs/{j}").json() for j in ("j1", "j2")}
         assert {j: [r["outcome"] for r in job["runs"]] for j, job in jobs.items()} == {
@@ -394,7 +386,7 @@ def test_a_scheduling_runs_through_serve_the_extender_and_the_operator(
         }, serve.output()[-3000:]
         assert world.filters >= 4 and world.preemptions >= 4
         # Ghost pods hold the slots again once the jobs are gone.
-        _wait_until(
+        wait_until(
             lambda: sum(len(world._ghost_uids(n)) for n in NODES) == 4,
             timeout=30,
             what="the testbed's four ghost pods back",
@@ -402,7 +394,7 @@ def test_a_scheduling_runs_through_serve_the_extender_and_the_operator(
 
         # The watch saw every event once, in log order, across the reconnection.
         log = _log_positions(postgres_url)
-        _wait_until(
+        wait_until(
             lambda: watcher.drain() >= 0 and len(watcher.messages) >= len(log),
             timeout=30,
             what="the watch catching up with the log",

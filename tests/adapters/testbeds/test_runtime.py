@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.runtime import LEADER_TERM_KEY
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
 from fleetledger.adapters.testbeds import GHOST_LABEL, FakeApplications, TestbedsRuntime
 from fleetledger.eventstore import EventStore
+from tests.waiting import eventually
 
 from .support import BED, two_nodes
-
-
-def eventually(condition: Callable[[], bool], *, timeout: float = 10.0) -> bool:
-    """Whether ``condition`` holds within ``timeout`` s (checked every 20 ms: the cluster has no
-    change signal to wait on)."""
-    tick = threading.Event()
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return True
-        tick.wait(0.02)
-    return condition()
 
 
 class TestThreads:
