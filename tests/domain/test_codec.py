@@ -14,6 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+# Imported for its registration: the machines adapter records throttling waits in a batch's
+# stream (``vm.BatchThrottled``), so the pinned names below hold whatever ran first.
+import fleetledger.adapters.machines  # noqa: F401
 from fleetledger.domain import codec
 from fleetledger.domain.codec import (
     CodecError,
@@ -43,6 +46,7 @@ VM_EVENTS = {
     "vm.MachineNotFound": 1,
     "vm.MachineCreateAccepted": 1,
     "vm.BatchCompleted": 1,
+    "vm.BatchThrottled": 1,
 }
 
 
