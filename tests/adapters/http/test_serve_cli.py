@@ -130,7 +130,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class TestExtenderOptions:
+class TestRefusedOptions:
     @pytest.mark.parametrize(
         ("options", "message"),
         [
@@ -140,9 +140,17 @@ class TestExtenderOptions:
             (["--extender-port", "8091", "--extender-host", "0.0.0.0"], "without extender tokens"),
             (["--extender-port", "8091", "--extender-token", "short"], "extender token 1 is 5"),
             (["--testbeds-namespace", "Not_A_Namespace"], "--testbeds-namespace must be"),
+            (["--max-concurrent-batches", "0"], "must be a whole number >= 1"),
+            (["--write-rate", "-1"], "write_rate must be a number of writes per second > 0"),
+            (["--write-burst", "0"], "must be a whole number >= 1"),
+            (["--ipam-max-ips", "300"], "max_ips must be an integer between 1 and 250"),
+            (["--ipam-x-ssf", "1.5"], "x_ssf (the subnet safety factor) must be"),
+            (["--ipam-x-nsf", "0.5"], "x_nsf must be at least 1"),
+            (["--placement-search-steps", "-1"], "search_steps must be a non-negative"),
+            (["--pool", "a=Standard_D4s_v5:4000:16:wide"], "[:binpack|spread]"),
         ],
     )
-    def test_bad_extender_options_are_usage_errors(
+    def test_bad_options_are_usage_errors(
         self,
         sqlite_url: str,
         options: list[str],
@@ -296,34 +304,6 @@ class TestServeWithTheExtender:
                 again.bind(("127.0.0.1", port))
 
 
-class TestWriteBudgetOptions:
-    @pytest.mark.parametrize(
-        ("options", "message"),
-        [
-            (["--max-concurrent-batches", "0"], "must be a whole number >= 1"),
-            (["--write-rate", "-1"], "write_rate must be a number of writes per second > 0"),
-            (["--write-burst", "0"], "must be a whole number >= 1"),
-        ],
-    )
-    def test_bad_budget_options_are_usage_errors(
-        self,
-        sqlite_url: str,
-        options: list[str],
-        message: str,
-        monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str],
-    ) -> None:
-        """A ceiling or write budget that cannot work is refused before the log is opened."""
-        opened: list[Any] = []
-        monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
-
-        code = main(["serve", "--url", sqlite_url, *options])
-
-        assert code == EXIT_USAGE
-        assert message in capsys.readouterr().err
-        assert opened == []
-
-
 class TestCapabilityOptions:
     def test_ipam_and_placement_settings_reach_their_configuration(self) -> None:
         """The seed's pod-IP factors and node maximum, the placement search budget and a
@@ -347,29 +327,3 @@ class TestCapabilityOptions:
             ("batch", "spread"),
             ("general", "binpack"),
         ]
-
-    @pytest.mark.parametrize(
-        ("options", "message"),
-        [
-            (["--ipam-max-ips", "300"], "max_ips must be an integer between 1 and 250"),
-            (["--ipam-x-ssf", "1.5"], "x_ssf (the subnet safety factor) must be"),
-            (["--ipam-x-nsf", "0.5"], "x_nsf must be at least 1"),
-            (["--placement-search-steps", "-1"], "search_steps must be a non-negative"),
-            (["--pool", "a=Standard_D4s_v5:4000:16:wide"], "[:binpack|spread]"),
-        ],
-    )
-    def test_settings_that_cannot_work_are_usage_errors(
-        self,
-        sqlite_url: str,
-        options: list[str],
-        message: str,
-        monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str],
-    ) -> None:
-        """Each is refused with the seed's meaning, before the log is opened."""
-        opened: list[Any] = []
-        monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
-
-        assert main(["serve", "--url", sqlite_url, *options]) == EXIT_USAGE
-        assert message in capsys.readouterr().err
-        assert opened == []
