@@ -63,6 +63,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fleetledger.adapters import runtime
 from fleetledger.adapters.http.auth import ApiTokens, BearerAuth, check_exposure
+from fleetledger.adapters.http.lean import read_body
 from fleetledger.adapters.http.limits import (
     DEFAULT_MAX_BODY_BYTES,
     BodySizeLimit,
@@ -556,7 +557,7 @@ class _ExtenderApp:
             method, handler = route
             if scope["method"] != method:
                 raise _Refused(405, f"{path} takes {method}")
-            body = await _read_body(receive)
+            body = await read_body(receive)
             if body is None:
                 return  # the client went away
             status, answer = 200, await handler(body)
@@ -662,17 +663,6 @@ def _json_object(body: bytes) -> Mapping[str, object]:
     if not isinstance(parsed, dict):
         raise _invalid((), "the body must be a JSON object", "model_attributes_type")
     return parsed
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def create_extender_app(

@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .limits import replay_body
 
-__all__ = ["LeanApp", "LeanRoute", "LeanRouter"]
+__all__ = ["LeanApp", "LeanRoute", "LeanRouter", "read_body"]
 
 
 class LeanRoute(APIRoute):
@@ -186,7 +186,7 @@ class _Lane:
         self.endpoint = endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             return  # the client went away before sending its body
         replayed = replay_body(body, receive)
@@ -218,7 +218,8 @@ class _Lane:
         return None
 
 
-async def _read_body(receive: Receive) -> bytes | None:
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole request body from ASGI ``receive``; ``None`` if the client went away first."""
     chunks: list[bytes] = []
     while True:
         message = await receive()
