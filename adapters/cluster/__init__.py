@@ -12,6 +12,7 @@ from .fake import FakeCluster
 from .port import (
     ClusterError,
     ClusterGateway,
+    ClusterHealth,
     Node,
     NoRoom,
     Pod,
@@ -27,6 +28,7 @@ from .port import (
 __all__ = [
     "ClusterError",
     "ClusterGateway",
+    "ClusterHealth",
     "FakeCluster",
     "NoRoom",
     "Node",

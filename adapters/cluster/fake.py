@@ -9,8 +9,14 @@ class's value, and a pod naming a class that does not exist is refused
 ``system-node-critical``) exist from the start; a pod without a class gets priority 0 (no class
 here is the global default). A pod that ended (``Succeeded``/``Failed``) stays listed but no
 longer takes room on its node, as the scheduler counts it. Deletion is immediate (no grace
-period). Pod UIDs are deterministic (``uid-<n>`` in creation order) so a seeded run gives the
-same answers twice.
+period).
+
+Pods live in namespaces (the same name in two is two pods; a spec without one goes to the
+cluster's default namespace). Every write to a pod gives it a new resource version from one
+counter, as etcd's revision does, and a delete checks its preconditions as the API server does:
+the uid first, then the resource version, by equality (:class:`StalePod`, with the pod as it is
+now). Pod UIDs are deterministic (``uid-<n>`` in creation order) so a seeded run gives the same
+answers twice.
 """
 
 from __future__ import annotations
@@ -46,13 +52,19 @@ class FakeCluster:
     """Nodes and pods in memory; thread-safe."""
 
     def __init__(
-        self, nodes: Sequence[Node] = (), *, priority_classes: Mapping[str, int] | None = None
+        self,
+        nodes: Sequence[Node] = (),
+        *,
+        priority_classes: Mapping[str, int] | None = None,
+        namespace: str = "default",
     ) -> None:
         self._lock = threading.Lock()
         self._nodes: dict[str, Node] = {n.name: n for n in nodes}
-        self._pods: dict[str, Pod] = {}
+        self._pods: dict[tuple[str, str], Pod] = {}
         self._classes: dict[str, int] = {**_SYSTEM_CLASSES, **(priority_classes or {})}
+        self._namespace = namespace
         self._created = 0
+        self._version = 0
         self.creations = 0
         """How many pods were created (tests read it to check idempotence)."""
         self.deletions = 0
@@ -68,14 +80,15 @@ class FakeCluster:
 
     def list_pods(self, *, labels: Mapping[str, str] | None = None) -> Sequence[Pod]:
         with self._lock:
-            pods = sorted(self._pods.values(), key=lambda p: p.name)
+            pods = [self._pods[key] for key in sorted(self._pods)]
         wanted = dict(labels or {})
         return [p for p in pods if all(p.labels.get(k) == v for k, v in wanted.items())]
 
     def create_pod(self, spec: PodSpec) -> Pod:
+        namespace = spec.namespace or self._namespace
         with self._lock:
-            if spec.name in self._pods:
-                raise PodExists(f"pod {spec.name} already exists")
+            if (namespace, spec.name) in self._pods:
+                raise PodExists(f"pod {spec.name} already exists in namespace {namespace}")
             priority = 0
             if spec.priority_class_name is not None:
                 if spec.priority_class_name not in self._classes:
@@ -90,6 +103,7 @@ class FakeCluster:
             pod = Pod(
                 spec.name,
                 f"uid-{self._created}",
+                namespace=namespace,
                 labels=dict(spec.labels),
                 annotations=dict(spec.annotations),
                 node=spec.node,
@@ -101,18 +115,31 @@ class FakeCluster:
                 priority_class_name=spec.priority_class_name,
                 priority=priority,
             )
-            self._pods[pod.name] = pod
             self.creations += 1
-            return pod
+            return self._store(pod)
 
-    def delete_pod(self, name: str, *, uid: str | None = None) -> None:
+    def delete_pod(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        key = (namespace or self._namespace, name)
         with self._lock:
-            pod = self._pods.get(name)
+            pod = self._pods.get(key)
             if pod is None:
-                raise UnknownPod(f"no pod named {name}")
+                raise UnknownPod(f"no pod named {name} in namespace {key[0]}")
             if uid is not None and pod.uid != uid:
-                raise StalePod(f"pod {name} is {pod.uid} now, not {uid}; left alone")
-            del self._pods[name]
+                raise StalePod(f"pod {name} is {pod.uid} now, not {uid}; left alone", current=pod)
+            if resource_version is not None and pod.resource_version != resource_version:
+                raise StalePod(
+                    f"pod {name} changed since version {resource_version} (now "
+                    f"{pod.resource_version}); left alone",
+                    current=pod,
+                )
+            del self._pods[key]
             self.deletions += 1
 
     def ensure_priority_class(self, name: str, value: int, *, description: str) -> None:
@@ -145,32 +172,41 @@ class FakeCluster:
             self._nodes.pop(name, None)
             self._pods = {k: p for k, p in self._pods.items() if p.node != name}
 
-    def pod(self, name: str) -> Pod | None:
+    def pod(self, name: str, *, namespace: str | None = None) -> Pod | None:
         with self._lock:
-            return self._pods.get(name)
+            return self._pods.get((namespace or self._namespace, name))
 
-    def bind(self, name: str, node: str) -> Pod:
+    def bind(self, name: str, node: str, *, namespace: str | None = None) -> Pod:
         """The scheduler places a pending pod on ``node`` (it starts running there)."""
         with self._lock:
-            pod = self._pods.get(name)
-            if pod is None:
-                raise UnknownPod(f"no pod named {name}")
+            pod = self._existing(name, namespace)
             self._check_room(node, pod.cpu_millis, pod.memory_mib)
-            bound = replace(pod, node=node, phase="Running")
-            self._pods[name] = bound
-            return bound
+            return self._store(replace(pod, node=node, phase="Running"))
 
-    def set_phase(self, name: str, phase: PodPhase, *, reason: str = "") -> None:
+    def set_phase(
+        self, name: str, phase: PodPhase, *, reason: str = "", namespace: str | None = None
+    ) -> None:
         with self._lock:
-            pod = self._pods.get(name)
-            if pod is None:
-                raise UnknownPod(f"no pod named {name}")
-            self._pods[name] = replace(pod, phase=phase, reason=reason)
+            pod = self._existing(name, namespace)
+            self._store(replace(pod, phase=phase, reason=reason))
 
-    def evict(self, name: str) -> None:
+    def evict(self, name: str, *, namespace: str | None = None) -> None:
         """The kubelet evicts the pod (node pressure): it fails with reason ``Evicted`` and
         stays listed, bound, until someone deletes it."""
-        self.set_phase(name, "Failed", reason="Evicted")
+        self.set_phase(name, "Failed", reason="Evicted", namespace=namespace)
+
+    def _existing(self, name: str, namespace: str | None) -> Pod:
+        pod = self._pods.get((namespace or self._namespace, name))
+        if pod is None:
+            raise UnknownPod(f"no pod named {name} in namespace {namespace or self._namespace}")
+        return pod
+
+    def _store(self, pod: Pod) -> Pod:
+        """Keep ``pod`` under a new resource version (every write gets one)."""
+        self._version += 1
+        stored = replace(pod, resource_version=str(self._version))
+        self._pods[(stored.namespace, stored.name)] = stored
+        return stored
 
     def delete_priority_class(self, name: str) -> None:
         """An administrator deletes a priority class (pods that name it keep their priority)."""

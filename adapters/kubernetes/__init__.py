@@ -1,8 +1,10 @@
 """The ports on a real Kubernetes cluster (the official ``kubernetes`` client).
 
 :class:`KubernetesCluster` serves the :class:`~fleetledger.adapters.cluster.ClusterGateway`'s
-reads from informer caches (list + watch with resource versions, listing again on ``410 Gone``)
-and its writes from the API. :class:`KubernetesApplications` serves the testbeds'
+reads from informer caches (list + watch with resource versions; objects by namespace and name,
+changed only by newer versions; listing again on ``410 Gone`` or a stalled watch; staleness
+reported) and its writes from the API, with preconditions on deletes.
+:class:`KubernetesApplications` serves the testbeds'
 :class:`~fleetledger.adapters.testbeds.Applications`: Spark and Flink applications as their
 operators' custom objects.
 """

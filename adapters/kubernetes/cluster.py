@@ -3,20 +3,26 @@ official ``kubernetes`` client.
 
 Reads come from two informers (nodes, pods across namespaces) kept current by list + watch, so a
 controller listing the cluster every few seconds costs the API server nothing but the watches.
-Writes go to the API at once: pods are created in and deleted from ``namespace``. The port names
-pods without a namespace, so this adapter expects pod names to be unique across the namespaces
-it is shown (true of VM pods, named after their VMs).
+Pods are cached by namespace and name, nodes by name. Writes go to the API at once, to the pod's
+namespace, ``namespace`` when the caller names none.
 
 A pod is sent with its ``priorityClassName`` and never a ``priority``: the priority admission
 plugin fills the value in from the class, and refuses a pod whose ``priority`` differs from it.
-A delete with a uid sends it as the ``DeleteOptions`` precondition, so the API server itself
-refuses to delete a newer pod that took the name.
+A delete sends the uid and resource version the caller saw as ``DeleteOptions.preconditions``,
+so the API server itself refuses to delete a newer pod that took the name, or a pod that changed
+since it was read. On that ``409 Conflict`` the adapter reads the pod again and puts what it read
+into the pod cache before raising :class:`~fleetledger.adapters.cluster.StalePod` (the pod
+attached): the caller's next listing shows the pod as it is, to decide again on.
+
+How fresh the caches are is :meth:`KubernetesCluster.staleness_seconds`, and
+:meth:`KubernetesCluster.problems` names a cache never filled or stale past
+``stale_after_seconds`` (the :class:`~fleetledger.adapters.cluster.ClusterHealth` port).
 
 API errors are translated at this edge: ``409 Conflict`` on create is
 :class:`~fleetledger.adapters.cluster.PodExists`, ``403`` naming a missing priority class
 :class:`~fleetledger.adapters.cluster.UnknownPriorityClass`, ``404`` on delete
 :class:`~fleetledger.adapters.cluster.UnknownPod`, ``409`` on a delete with a uid (the
-precondition failed) :class:`~fleetledger.adapters.cluster.StalePod`, an existing priority class
+preconditions failed) :class:`~fleetledger.adapters.cluster.StalePod`, an existing priority class
 of another value :class:`~fleetledger.adapters.cluster.PriorityClassConflict`, anything else
 :class:`~fleetledger.adapters.cluster.ClusterError`.
 """
@@ -25,7 +31,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from kubernetes import client
@@ -52,26 +59,49 @@ __all__ = ["KubernetesCluster"]
 
 
 class KubernetesCluster:
-    """Nodes and pods of one cluster: informer caches for reads, the API for writes."""
+    """Nodes and pods of one cluster: informer caches for reads, the API for writes.
+
+    ``watch_seconds`` is each watch's server timeout and ``read_grace_seconds`` how much longer
+    a watch may stay silent before it counts as stalled (and the cache is listed again);
+    ``stale_after_seconds`` (default: twice their sum, a stalled watch and a failed recovery)
+    is when :meth:`problems` calls a cache stale. ``clock`` (monotonic seconds) times staleness.
+    """
 
     def __init__(
         self,
         api_client: client.ApiClient,
         *,
         namespace: str = "default",
-        watch_seconds: int = 300,
+        watch_seconds: int = 60,
+        read_grace_seconds: float = 15.0,
+        stale_after_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if stale_after_seconds is not None and stale_after_seconds <= 0:
+            raise ValueError(f"stale_after_seconds must be positive, not {stale_after_seconds}")
         self._core = client.CoreV1Api(api_client)
         self._scheduling = client.SchedulingV1Api(api_client)
         self._namespace = namespace
+        self._stale_after = (
+            stale_after_seconds
+            if stale_after_seconds is not None
+            else 2 * (watch_seconds + read_grace_seconds)
+        )
         self.nodes = Informer(
-            self._core.list_node, node_from, kind="Node", watch_seconds=watch_seconds
+            self._core.list_node,
+            node_from,
+            kind="Node",
+            watch_seconds=watch_seconds,
+            read_grace_seconds=read_grace_seconds,
+            clock=clock,
         )
         self.pods = Informer(
             self._core.list_pod_for_all_namespaces,
             pod_from,
             kind="Pod",
             watch_seconds=watch_seconds,
+            read_grace_seconds=read_grace_seconds,
+            clock=clock,
         )
         self._threads: list[threading.Thread] = []
 
@@ -107,6 +137,26 @@ class KubernetesCluster:
             thread.join(timeout)
         self._threads = []
 
+    # -- how fresh the caches are ----------------------------------------------------------------
+
+    def staleness_seconds(self) -> dict[str, float]:
+        """Seconds since each cache last heard from the API server, by kind."""
+        return {i.kind: i.staleness_seconds() for i in (self.nodes, self.pods)}
+
+    def problems(self) -> list[str]:
+        """Caches never filled, or silent for longer than ``stale_after_seconds``."""
+        found = []
+        for informer in (self.nodes, self.pods):
+            staleness = informer.staleness_seconds()
+            if not informer.synced:
+                found.append(f"the {informer.kind} cache has not listed the cluster yet")
+            elif staleness > self._stale_after:
+                found.append(
+                    f"the {informer.kind} cache is stale: nothing from the API server for "
+                    f"{staleness:.0f} s (limit {self._stale_after:.0f} s)"
+                )
+        return found
+
     # -- the port --------------------------------------------------------------------------------
 
     def list_nodes(self, *, label: str | None = None) -> Sequence[Node]:
@@ -122,7 +172,7 @@ class KubernetesCluster:
         body = _pod_body(spec)
         try:
             response: Any = self._core.create_namespaced_pod(
-                self._namespace, cast(Any, body), _preload_content=False
+                spec.namespace or self._namespace, cast(Any, body), _preload_content=False
             )
         except ApiException as e:
             if e.status == 409:
@@ -135,24 +185,50 @@ class KubernetesCluster:
             raise ClusterError(f"could not create pod {spec.name}: {e}") from e
         return pod_from(json.loads(response.data))
 
-    def delete_pod(self, name: str, *, uid: str | None = None) -> None:
+    def delete_pod(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        namespace = namespace or self._namespace
+        guarded = uid is not None or resource_version is not None
         options = client.V1DeleteOptions(
-            preconditions=client.V1Preconditions(uid=uid) if uid is not None else None
+            preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version)
+            if guarded
+            else None
         )
         try:
-            self._core.delete_namespaced_pod(
-                name, self._namespace, body=options, _preload_content=False
-            )
+            self._core.delete_namespaced_pod(name, namespace, body=options, _preload_content=False)
         except ApiException as e:
             if e.status == 404:
-                raise UnknownPod(f"no pod named {name}") from e
-            if e.status == 409 and uid is not None:
-                raise StalePod(f"pod {name} is not {uid} any more: {status_message(e)}") from e
+                raise UnknownPod(f"no pod named {name} in namespace {namespace}") from e
+            if e.status == 409 and guarded:
+                # The pod is not the one the caller decided on: show the caller (and the cache)
+                # what it is now, so the next decision is made on that, not repeated blindly.
+                raise StalePod(
+                    f"pod {namespace}/{name} no longer matches uid {uid}, version "
+                    f"{resource_version}: {status_message(e)}",
+                    current=self._read_again(namespace, name),
+                ) from e
             raise ClusterError(
                 f"could not delete pod {name}: {e.status} {status_message(e)}"
             ) from e
         except HTTPError as e:
             raise ClusterError(f"could not delete pod {name}: {e}") from e
+
+    def _read_again(self, namespace: str, name: str) -> Pod | None:
+        """The pod as the API shows it now, put into the pod cache if newer than its entry;
+        ``None`` if it is gone or cannot be read (the watch will tell)."""
+        try:
+            response: Any = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except (ApiException, HTTPError):
+            return None
+        raw = json.loads(response.data)
+        self.pods.observe(raw)
+        return pod_from(raw)
 
     def ensure_priority_class(self, name: str, value: int, *, description: str) -> None:
         body = _priority_class_body(name, value, description=description)

@@ -52,6 +52,8 @@ def pod_from(raw: Mapping[str, Any]) -> Pod:
     return Pod(
         metadata["name"],
         metadata.get("uid", ""),
+        namespace=metadata.get("namespace") or "default",
+        resource_version=str(metadata.get("resourceVersion") or ""),
         labels=dict(metadata.get("labels") or {}),
         annotations=dict(metadata.get("annotations") or {}),
         node=spec.get("nodeName") or None,

@@ -29,6 +29,7 @@ from fleetledger.domain.nodes import (
 )
 
 __all__ = [
+    "accounting_name",
     "CPU_ANNOTATION",
     "DEFAULT_NODE_CONFIG",
     "GPU_ANNOTATION",
@@ -97,13 +98,24 @@ def vm_annotations(
     return found
 
 
+def accounting_name(pod: Pod) -> str:
+    """The name a node accounts ``pod`` under. A pod of the default namespace keeps its bare
+    name (the logs written before namespaces were told apart hold those), another pod is
+    ``namespace/name`` so two namespaces' same-named pods on one node stay two. A VM pod keeps
+    its bare name wherever it lives: its agent asks for resources by that name alone."""
+    is_vm = CPU_ANNOTATION in pod.annotations or MEMORY_ANNOTATION in pod.annotations
+    if is_vm or pod.namespace == "default":
+        return pod.name
+    return f"{pod.namespace}/{pod.name}"
+
+
 def pod_spec(pod: Pod) -> VmPodSpec | OtherPodSpec:
     """The spec ``ReservePod`` takes for ``pod``; :class:`BadAnnotation` for unreadable bounds."""
     cpu = pod.annotations.get(CPU_ANNOTATION)
     memory = pod.annotations.get(MEMORY_ANNOTATION)
     if cpu is None and memory is None:
         return OtherPodSpec(
-            name=pod.name,
+            name=accounting_name(pod),
             containers=(
                 ContainerResources(
                     cpu_request_milli=pod.cpu_millis, memory_request_bytes=pod.memory_mib * MIB

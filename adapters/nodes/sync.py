@@ -47,7 +47,7 @@ from fleetledger.domain.nodes import (
 )
 
 from .service import NodeService, _translated
-from .specs import DEFAULT_NODE_CONFIG, BadAnnotation, node_capacity, pod_spec
+from .specs import DEFAULT_NODE_CONFIG, BadAnnotation, accounting_name, node_capacity, pod_spec
 
 __all__ = ["ClusterSync", "SyncReport"]
 
@@ -156,16 +156,27 @@ class ClusterSync:
             )
             if config != state.config:
                 commands.append(lambda at: ChangeNodeConfig(config, at=at))
-        bound = {pod.name for pod in pods}
+        bound: set[str] = set()
         for pod in pods:
-            if pod.name in state.other_pods:
+            name = accounting_name(pod)
+            if name in bound:
+                # A VM pod keeps its bare name in every namespace (its agent knows no other),
+                # so two can meet under one name: only the first is accounted.
+                log.warning(
+                    "pod left out of node accounting",
+                    pod=f"{pod.namespace}/{pod.name}",
+                    reason=f"another pod on node {node.name} is accounted as {name}",
+                )
+                continue
+            bound.add(name)
+            if name in state.other_pods:
                 continue
             try:
                 spec = pod_spec(pod)
             except BadAnnotation as e:
                 log.warning("pod left out of node accounting", pod=pod.name, reason=str(e))
                 continue
-            held = state.vm_pods.get(pod.name)
+            held = state.vm_pods.get(name)
             if held is not None:
                 if isinstance(spec, VmPodSpec):
                     commands.extend(_vm_changes(held, spec))

@@ -9,9 +9,14 @@ One pass for a testbed (:meth:`GhostPodReconciler.reconcile`):
    domain replaces it under a fresh name; a job pod that ended holds no slot and is left out;
 2. apply :func:`fleetledger.domain.testbeds.reconcile` of the new state through the
    :class:`~fleetledger.adapters.cluster.ClusterGateway`: delete the undesired ghost pods, each
-   with the uid it was observed with as the delete's precondition (a newer pod that took the
-   name is left alone), then create the missing ones. A pod already created (or already gone,
-   or replaced) is skipped, so a pass repeated after a crash, or run twice, changes nothing more;
+   in the namespace it was observed in and with the uid and resource version it was observed
+   with as the delete's preconditions (a newer pod that took the name, or the pod changed since,
+   is left alone: :class:`~fleetledger.adapters.cluster.StalePod`), then create the missing ones.
+   A pod already created (or already gone) is skipped, so a pass repeated after a crash, or run
+   twice, changes nothing more. When a delete was refused as stale the decision was made on a
+   cluster that is no more: the pass observes again and decides again, once, on what it reads
+   (never repeating the refused delete as it was); what is still contested waits for the next
+   pass;
 3. observe again when it acted, so the log shows the result.
 
 Ghost pods get their priority only from their PriorityClass (:data:`GHOST_PRIORITY_CLASS`,
@@ -86,6 +91,9 @@ class GhostPodReconciler:
         self._priority = priority
         self._class_ensured = False
         self._problems: dict[str, tuple[str, ...]] = {}
+        self._observed: dict[str, dict[str, Pod]] = {}
+        """Per testbed, its pods at the last observation by uid: where a delete finds the
+        namespace and resource version the decision was made on."""
         self._lock = threading.Lock()
 
     def ensure_priority_class(self) -> None:
@@ -113,11 +121,14 @@ class GhostPodReconciler:
             testbed.ObservedNode(n.name, n.labels[defined.node_label], n.cpu_millis, n.memory_mib)
             for n in self._cluster.list_nodes(label=defined.node_label)
         )
-        pods = tuple(
-            _observed(p)
+        listed = [
+            p
             for p in self._cluster.list_pods()
             if _belongs(p, name) and (GHOST_LABEL in p.labels or not _ended(p))
-        )
+        ]
+        with self._lock:
+            self._observed[name] = {p.uid: p for p in listed}
+        pods = tuple(_observed(p) for p in listed)
         decision = self._service.execute(
             stream,
             lambda _: testbed.ObserveCluster(nodes, pods, at=listed_at),
@@ -135,15 +146,14 @@ class GhostPodReconciler:
             return changes
         plan = testbed.reconcile(state)
         self._report(name, plan.problems)
-        acted = 0
         # Deletions first: a resized slot's new ghost only fits once the old one is gone.
-        for pod, uid in plan.delete:
-            try:
-                self._cluster.delete_pod(pod, uid=uid)
-                acted += 1
-            except (UnknownPod, StalePod):
-                # Gone already, or the name is a newer pod's: the next observation decides.
-                continue
+        acted, stale = self._delete(name, plan.delete)
+        if stale:
+            changes += self.observe(name)
+            plan = testbed.reconcile(self._service.testbed(name).state)
+            self._report(name, plan.problems)
+            again, _ = self._delete(name, plan.delete)
+            acted += again
         if plan.create:
             with self._lock:
                 ensured = self._class_ensured
@@ -180,6 +190,29 @@ class GhostPodReconciler:
         if acted:
             changes += self.observe(name)
         return changes + acted
+
+    def _delete(self, name: str, doomed: tuple[tuple[str, str], ...]) -> tuple[int, int]:
+        """Delete ``doomed`` (pod name, uid) as observed; returns how many went and how many
+        were refused as stale."""
+        with self._lock:
+            observed = dict(self._observed.get(name, {}))
+        deleted = stale = 0
+        for pod, uid in doomed:
+            seen = observed.get(uid)
+            try:
+                self._cluster.delete_pod(
+                    pod,
+                    namespace=seen.namespace if seen is not None else None,
+                    uid=uid,
+                    resource_version=(seen.resource_version or None) if seen is not None else None,
+                )
+                deleted += 1
+            except UnknownPod:
+                continue
+            except StalePod as e:
+                stale += 1
+                log.info("ghost pod changed since observed; deciding again", pod=pod, error=str(e))
+        return deleted, stale
 
     def _report(self, name: str, problems: tuple[str, ...]) -> None:
         with self._lock:

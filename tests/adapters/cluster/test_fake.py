@@ -105,9 +105,60 @@ class TestDeletePreconditions:
         c.create_pod(PodSpec("a"))
         c.delete_pod("a")
         newer = c.create_pod(PodSpec("a"))
-        with pytest.raises(StalePod):
+        with pytest.raises(StalePod) as refused:
             c.delete_pod("a", uid="uid-1")
         assert c.pod("a") == newer
+        assert refused.value.current == newer
+
+    def test_a_delete_of_a_changed_pod_is_stale(self) -> None:
+        """The pod was written since the version the caller saw: StalePod with the pod as it
+        is now, and it stays."""
+        c = cluster()
+        seen = c.create_pod(PodSpec("a"))
+        now = c.bind("a", "n1")
+        with pytest.raises(StalePod) as refused:
+            c.delete_pod("a", uid=seen.uid, resource_version=seen.resource_version)
+        assert (c.pod("a"), refused.value.current) == (now, now)
+
+    def test_a_delete_with_the_current_version_deletes(self) -> None:
+        """Uid and resource version both match: the pod goes."""
+        c = cluster()
+        c.create_pod(PodSpec("a"))
+        now = c.bind("a", "n1")
+        c.delete_pod("a", uid=now.uid, resource_version=now.resource_version)
+        assert c.pod("a") is None
+
+    def test_every_write_gives_a_new_resource_version(self) -> None:
+        """Created, bound, ended: three versions, each after the last."""
+        c = cluster()
+        versions = [
+            c.create_pod(PodSpec("a")).resource_version,
+            c.bind("a", "n1").resource_version,
+        ]
+        c.set_phase("a", "Succeeded")
+        versions.append(c.pod("a").resource_version)  # type: ignore[union-attr]
+        assert [int(v) for v in versions] == sorted({int(v) for v in versions})
+        assert len(versions) == 3
+
+
+class TestNamespaces:
+    def test_one_name_in_two_namespaces_is_two_pods(self) -> None:
+        """Each namespace has its own pod of the name; deleting one leaves the other."""
+        c = cluster()
+        a = c.create_pod(PodSpec("p", namespace="a"))
+        b = c.create_pod(PodSpec("p", namespace="b"))
+        assert [(p.namespace, p.uid) for p in c.list_pods()] == [("a", a.uid), ("b", b.uid)]
+        c.delete_pod("p", namespace="a")
+        assert c.list_pods() == [b]
+
+    def test_a_pod_without_a_namespace_goes_to_the_default_one(self) -> None:
+        """The cluster's default namespace serves a spec and a delete that name none."""
+        c = FakeCluster(namespace="jobs")
+        assert c.create_pod(PodSpec("p")).namespace == "jobs"
+        with pytest.raises(UnknownPod):
+            c.delete_pod("p", namespace="default")
+        c.delete_pod("p")
+        assert c.list_pods() == []
 
 
 class TestPriorityAdmission:

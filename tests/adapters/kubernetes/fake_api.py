@@ -1,15 +1,21 @@
 """A fake Kubernetes API server on loopback: what our adapters use of the real one.
 
-* **Lists and watches** of nodes and pods, enough of the protocol for an informer: lists carry
-  ``metadata.resourceVersion``; a watch from version ``v`` streams every change after ``v`` as JSON
-  lines and ends (as a server ends a watch at its timeout); a version older than the compacted
-  history answers an ``ERROR`` event with status ``410 Gone``, as the API server does once etcd
-  has compacted it.
+* **Lists and watches** of nodes and pods (pods across namespaces), enough of the protocol for an
+  informer: lists carry ``metadata.resourceVersion``; a watch from version ``v`` streams every
+  change after ``v`` as JSON lines and ends (as a server ends a watch at its timeout); a version
+  older than the compacted history answers an ``ERROR`` event with status ``410 Gone``, as the API
+  server does once etcd has compacted it. A test can stall watches
+  (:meth:`FakeApiServer.stall_watches`: headers, then an open connection without a byte) and make
+  the next watch repeat old changes (:meth:`FakeApiServer.resend`: duplicated, out of order).
+* **Namespaces**: pods and custom objects are stored by namespace and name, so the same name in
+  two namespaces is two objects; nodes and priority classes are cluster-scoped.
 * **Pods**: create (``201``; ``409 AlreadyExists``) through the priority admission plugin — a pod
   naming a PriorityClass that does not exist is ``403 Forbidden``, one whose ``spec.priority``
   differs from its class's value too; the plugin fills in ``priority`` and ``preemptionPolicy``
-  (a pod without a class gets the global default class, else 0). Delete (``200`` with the pod;
-  ``404 NotFound``) honours a ``DeleteOptions`` uid precondition: another uid is ``409 Conflict``.
+  (a pod without a class gets the global default class, else 0). Get (``404 NotFound``). Delete
+  (``200`` with the pod; ``404 NotFound``) honours ``DeleteOptions.preconditions`` as the
+  server's storage does: the ``uid``, then the ``resourceVersion``, each by equality; a mismatch
+  is ``409 Conflict`` (reason ``Conflict``, "Precondition failed: ...").
 * **PriorityClasses** (``scheduling.k8s.io/v1``): create with the API's validation (``value``
   required and an int32, user values at most one billion, the ``system-`` prefix reserved, one
   global default, ``preemptionPolicy`` one of two values: else ``422 Invalid``), ``409`` when the
@@ -23,10 +29,17 @@
   finalizers only gets a ``deletionTimestamp`` and stays until the test, playing the garbage
   collector or the operator, removes them (:meth:`FakeApiServer.remove_finalizer`). The test plays
   the operator writing ``status`` (:meth:`FakeApiServer.set_status`).
+* **Leases** (``coordination.k8s.io/v1``, namespaced): get (``404``), create (``201``; ``409
+  AlreadyExists``), replace (``PUT``): the body's ``metadata.resourceVersion`` is required (a Lease
+  allows no unconditional update: ``422``) and must be the stored one, else ``409 Conflict`` ("the
+  object has been modified"), as optimistic concurrency on the API server; ``404`` for a Lease
+  that does not exist (no create on update). ``spec.leaseDurationSeconds`` must be positive.
 
 Errors are ``Status`` objects with the reason, message and details the API server sends. The
-server assigns every object it stores a ``uid`` and a ``resourceVersion``. Every request is
-recorded (``requests``), and every body received (``bodies``) for tests to check the wire.
+server assigns every object it stores a ``uid`` (kept by every update) and a ``resourceVersion``.
+Every request is recorded (``requests``), and every body received (``bodies``) for tests to check
+the wire. The endpoints are one table, :data:`ROUTES` (method, path pattern, answer): serving
+another resource is adding its rows.
 """
 
 from __future__ import annotations
@@ -35,7 +48,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,8 +58,12 @@ from urllib.parse import parse_qs, urlparse
 import jsonschema
 
 __all__ = [
+    "ROUTES",
     "FakeApiServer",
+    "Request",
+    "Route",
     "Served",
+    "WatchStream",
     "fake_api_server",
     "node_object",
     "pod_object",
@@ -61,6 +78,10 @@ _SYSTEM_PRIORITY_CLASSES = {
 }
 _PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
 _TIMESTAMP = "2025-01-01T00:00:00Z"
+_CLUSTER_SCOPED = frozenset({"nodes", "priorityclasses"})
+"""Kinds stored by name alone; every other kind is namespaced (``namespace/name``)."""
+_LONGEST_STALL_SECONDS = 60.0
+"""A stalled watch is dropped after this long even if the test never releases it."""
 
 
 def _copy(obj: dict[str, Any]) -> dict[str, Any]:
@@ -80,6 +101,7 @@ def node_object(
 def pod_object(
     name: str,
     *,
+    namespace: str = "default",
     node: str | None = None,
     cpu: str = "500m",
     memory: str = "1Gi",
@@ -92,7 +114,7 @@ def pod_object(
     if node is not None:
         spec["nodeName"] = node
     return {
-        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
+        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
         "spec": spec,
         "status": {"phase": phase},
     }
@@ -145,6 +167,15 @@ class Served:
         return f"{self.plural}.{self.group}"
 
 
+@dataclass(frozen=True)
+class WatchStream:
+    """A watch's answer: its event lines, or (``stall`` set) headers and then silence until
+    ``stall`` is set."""
+
+    lines: bytes
+    stall: threading.Event | None = None
+
+
 class _Refused(Exception):
     def __init__(self, code: int, body: dict[str, Any]) -> None:
         super().__init__(body.get("message"))
@@ -166,6 +197,9 @@ class FakeApiServer:
         self._history: list[tuple[int, str, str, dict[str, Any]]] = []
         self._oldest = 0
         self._served: dict[tuple[str, str, str], Served] = {}
+        self._stalls: dict[str, int] = {}
+        self._unstall = threading.Event()
+        self._resends: dict[str, list[dict[str, Any]]] = {}
         self.requests: list[str] = []
         self.bodies: list[tuple[str, str, Any]] = []
         """``(method, path, body)`` of every request that carried a body."""
@@ -174,25 +208,58 @@ class FakeApiServer:
     # -- what the test does to the server ------------------------------------------------------
 
     def put(self, kind: str, obj: dict[str, Any]) -> None:
-        """Create or replace an object (``ADDED`` or ``MODIFIED``)."""
+        """Create or replace an object (``ADDED`` or ``MODIFIED``), in the namespace its
+        metadata names (``default`` if none) unless its kind is cluster-scoped."""
         with self._lock:
-            name = obj["metadata"]["name"]
-            change = "MODIFIED" if name in self._objects.setdefault(kind, {}) else "ADDED"
+            metadata = obj["metadata"]
+            key = _key(kind, metadata["name"], metadata.get("namespace"))
+            change = "MODIFIED" if key in self._objects.setdefault(kind, {}) else "ADDED"
             self._record(kind, change, obj)
 
-    def delete(self, kind: str, name: str) -> bool:
+    def delete(self, kind: str, name: str, *, namespace: str | None = None) -> bool:
+        """Delete an object (``DELETED``); ``namespace`` as for :meth:`get`."""
         with self._lock:
-            obj = self._objects.setdefault(kind, {}).get(name)
+            key = self._find(kind, name, namespace)
+            obj = self._objects.setdefault(kind, {}).get(key) if key is not None else None
             if obj is None:
                 return False
             self._record(kind, "DELETED", obj)
             return True
 
-    def get(self, kind: str, name: str) -> dict[str, Any] | None:
-        """The stored object (a copy), or ``None``."""
+    def get(self, kind: str, name: str, *, namespace: str | None = None) -> dict[str, Any] | None:
+        """The stored object (a copy), or ``None``. Without ``namespace``, the one object of
+        that name in any namespace (an error if there are several)."""
         with self._lock:
-            obj = self._objects.setdefault(kind, {}).get(name)
+            key = self._find(kind, name, namespace)
+            obj = self._objects.setdefault(kind, {}).get(key) if key is not None else None
             return _copy(obj) if obj is not None else None
+
+    def stall_watches(self, kind: str, *, count: int = 1) -> None:
+        """The next ``count`` watches of ``kind`` get their headers and then nothing, the
+        connection held open, until :meth:`release_stalls` (or the server stops)."""
+        with self._lock:
+            self._stalls[kind] = self._stalls.get(kind, 0) + count
+
+    def release_stalls(self) -> None:
+        """End every stalled watch (the server closes them)."""
+        self._unstall.set()
+
+    def resend(self, kind: str, *versions: int) -> None:
+        """The next watch of ``kind`` sends the changes recorded at ``versions`` again after
+        its own, in the order given: duplicated and out-of-order events."""
+        with self._lock:
+            recorded = {v: (change, obj) for v, k, change, obj in self._history if k == kind}
+            self._resends.setdefault(kind, []).extend(
+                {"type": recorded[v][0], "object": recorded[v][1]} for v in versions
+            )
+
+    def _find(self, kind: str, name: str, namespace: str | None) -> str | None:
+        if kind in _CLUSTER_SCOPED or namespace is not None:
+            return _key(kind, name, namespace)
+        found = [k for k in self._objects.setdefault(kind, {}) if k.split("/", 1)[1] == name]
+        if len(found) > 1:
+            raise LookupError(f"{kind} {name!r} is in several namespaces: {found}; name one")
+        return found[0] if found else None
 
     def compact(self) -> None:
         """Forget the history so far: watches from older versions get 410 Gone."""
@@ -206,17 +273,22 @@ class FakeApiServer:
             self._served[(resource.group, resource.version, resource.plural)] = resource
             self._objects.setdefault(resource.key, {})
 
-    def set_status(self, kind: str, name: str, status: dict[str, Any]) -> None:
+    def set_status(
+        self, kind: str, name: str, status: dict[str, Any], *, namespace: str | None = None
+    ) -> None:
         """The operator writes the object's ``status`` (its status subresource)."""
         with self._lock:
-            obj = self._objects.setdefault(kind, {})[name]
+            obj = self._objects.setdefault(kind, {})[str(self._find(kind, name, namespace))]
             self._record(kind, "MODIFIED", {**obj, "status": status})
 
-    def remove_finalizer(self, kind: str, name: str, finalizer: str) -> None:
+    def remove_finalizer(
+        self, kind: str, name: str, finalizer: str, *, namespace: str | None = None
+    ) -> None:
         """A controller (the garbage collector, an operator) is done with the object; once it
         is being deleted and no finalizer is left, it is gone."""
         with self._lock:
-            obj = _copy(self._objects.setdefault(kind, {})[name])
+            key = str(self._find(kind, name, namespace))
+            obj = _copy(self._objects.setdefault(kind, {})[key])
             metadata = obj["metadata"]
             metadata["finalizers"] = [f for f in metadata.get("finalizers", []) if f != finalizer]
             if metadata.get("deletionTimestamp") and not metadata["finalizers"]:
@@ -231,14 +303,21 @@ class FakeApiServer:
         stored = _copy(obj)
         metadata = stored.setdefault("metadata", {})
         metadata["resourceVersion"] = str(self._version)
+        objects = self._objects.setdefault(kind, {})
+        key = _key(kind, metadata["name"], metadata.get("namespace"))
         if change == "ADDED":
             metadata.setdefault("uid", str(uuid.uuid4()))
             metadata.setdefault("creationTimestamp", _TIMESTAMP)
-        objects = self._objects.setdefault(kind, {})
+        elif key in objects:
+            # An object's uid never changes: an update that leaves it out keeps it.
+            for field in ("uid", "creationTimestamp"):
+                metadata.setdefault(field, objects[key]["metadata"].get(field))
+        if kind not in _CLUSTER_SCOPED:
+            metadata.setdefault("namespace", "default")
         if change == "DELETED":
-            objects.pop(metadata["name"], None)
+            objects.pop(key, None)
         else:
-            objects[metadata["name"]] = stored
+            objects[key] = stored
         self._history.append((self._version, kind, change, stored))
         return _copy(stored)
 
@@ -251,6 +330,15 @@ class FakeApiServer:
                 "metadata": {"resourceVersion": str(self._version)},
                 "items": [objects[n] for n in sorted(objects)],
             }
+
+    def watch_stream(self, kind: str, since: int) -> WatchStream:
+        """The answer to a watch of ``kind`` from ``since``: its lines, or a stall."""
+        with self._lock:
+            if self._stalls.get(kind, 0) > 0:
+                self._stalls[kind] -= 1
+                return WatchStream(b"", self._unstall)
+            events = self.watch_lines(kind, since) + self._resends.pop(kind, [])
+        return WatchStream(b"".join(json.dumps(e).encode() + b"\n" for e in events))
 
     def watch_lines(self, kind: str, since: int) -> list[dict[str, Any]]:
         with self._lock:
@@ -273,7 +361,7 @@ class FakeApiServer:
     def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             name = body["metadata"]["name"]
-            if name in self._objects["pods"]:
+            if _key("pods", name, namespace) in self._objects["pods"]:
                 raise _Refused(
                     409,
                     status_body(
@@ -335,9 +423,16 @@ class FakeApiServer:
             classes[name] = (pc["value"], pc.get("preemptionPolicy", "PreemptLowerPriority"))
         return classes
 
-    def delete_pod(self, name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
         with self._lock:
-            pod = self._objects["pods"].get(name)
+            pod = self._objects["pods"].get(_key("pods", name, namespace))
+            if pod is None:
+                raise _Refused(404, _not_found("pods", None, name))
+            return _copy(pod)
+
+    def delete_pod(self, namespace: str, name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            pod = self._objects["pods"].get(_key("pods", name, namespace))
             if pod is None:
                 raise _Refused(404, _not_found("pods", None, name))
             _check_preconditions(pod, options, "pods", name)
@@ -435,7 +530,7 @@ class FakeApiServer:
                 ]
                 if problems:
                     raise _Refused(422, _invalid(served.kind, group, name, problems))
-            if name in self._objects[served.key]:
+            if _key(served.key, name, namespace) in self._objects[served.key]:
                 raise _Refused(
                     409,
                     status_body(
@@ -453,15 +548,17 @@ class FakeApiServer:
             stored["metadata"]["generation"] = 1
             return self._record(served.key, "ADDED", stored)
 
-    def get_custom(self, group: str, version: str, plural: str, name: str) -> dict[str, Any]:
+    def get_custom(
+        self, group: str, version: str, plural: str, name: str, namespace: str
+    ) -> dict[str, Any]:
         with self._lock:
             served = self._resource(group, version, plural)
-            obj = self._objects[served.key].get(name)
+            obj = self._objects[served.key].get(_key(served.key, name, namespace))
             if obj is None:
                 raise _Refused(404, _not_found(plural, group, name))
             return _copy(obj)
 
-    def list_custom(self, group: str, version: str, plural: str) -> dict[str, Any]:
+    def list_custom(self, group: str, version: str, plural: str, namespace: str) -> dict[str, Any]:
         with self._lock:
             served = self._resource(group, version, plural)
             objects = self._objects[served.key]
@@ -469,15 +566,22 @@ class FakeApiServer:
                 "apiVersion": f"{group}/{version}",
                 "kind": f"{served.kind}List",
                 "metadata": {"resourceVersion": str(self._version)},
-                "items": [objects[n] for n in sorted(objects)],
+                "items": [objects[k] for k in sorted(objects) if k.startswith(f"{namespace}/")],
             }
 
     def delete_custom(
-        self, group: str, version: str, plural: str, name: str, options: Mapping[str, Any]
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        name: str,
+        options: Mapping[str, Any],
+        *,
+        namespace: str,
     ) -> dict[str, Any]:
         with self._lock:
             served = self._resource(group, version, plural)
-            obj = self._objects[served.key].get(name)
+            obj = self._objects[served.key].get(_key(served.key, name, namespace))
             if obj is None:
                 raise _Refused(404, _not_found(plural, group, name))
             _check_preconditions(obj, options, served.key, name)
@@ -529,23 +633,33 @@ def _invalid(kind: str, group: str, name: str, problems: list[tuple[str, str]]) 
     )
 
 
+def _key(kind: str, name: str, namespace: str | None) -> str:
+    """Where an object is stored: ``namespace/name``, or its name if its kind is cluster-scoped
+    (the same pod name in two namespaces is two pods)."""
+    return name if kind in _CLUSTER_SCOPED else f"{namespace or 'default'}/{name}"
+
+
 def _check_preconditions(
     obj: Mapping[str, Any], options: Mapping[str, Any], resource: str, name: str
 ) -> None:
-    wanted = (options.get("preconditions") or {}).get("uid")
-    actual = obj["metadata"].get("uid")
-    if wanted is not None and wanted != actual:
-        raise _Refused(
-            409,
-            status_body(
+    """``DeleteOptions.preconditions`` as the API server's storage checks them: the uid first,
+    then the resource version, each by equality; a mismatch is ``409 Conflict``."""
+    wanted = options.get("preconditions") or {}
+    metadata = obj["metadata"]
+    for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+        expected, actual = wanted.get(field), metadata.get(field)
+        if expected is not None and expected != actual:
+            raise _Refused(
                 409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {resource} "{name}": Precondition failed: '
-                f"UID in precondition: {wanted}, UID in object meta: {actual}",
-                name=name,
-                kind=resource,
-            ),
-        )
+                status_body(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {resource} "{name}": Precondition failed: '
+                    f"{label} in precondition: {expected}, {label} in object meta: {actual}",
+                    name=name,
+                    kind=resource,
+                ),
+            )
 
 
 def _priority_class_problems(body: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -577,10 +691,150 @@ _CUSTOM = re.compile(
     r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<namespace>[^/]+)/"
     r"(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?$"
 )
-_PODS = re.compile(r"^/api/v1/namespaces/(?P<namespace>[^/]+)/pods(?:/(?P<name>[^/]+))?$")
-_PRIORITY_CLASSES = re.compile(
-    r"^/apis/scheduling\.k8s\.io/v1/priorityclasses(?:/(?P<name>[^/]+))?$"
+_CLUSTER_LISTS = re.compile(r"^/api/v1/(?P<kind>nodes|pods)$")
+_PODS = re.compile(r"^/api/v1/namespaces/(?P<namespace>[^/]+)/pods$")
+_POD = re.compile(r"^/api/v1/namespaces/(?P<namespace>[^/]+)/pods/(?P<name>[^/]+)$")
+_PRIORITY_CLASSES = re.compile(r"^/apis/scheduling\.k8s\.io/v1/priorityclasses$")
+_PRIORITY_CLASS = re.compile(r"^/apis/scheduling\.k8s\.io/v1/priorityclasses/(?P<name>[^/]+)$")
+_LEASES = re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<namespace>[^/]+)/leases$")
+_LEASE = re.compile(
+    r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<namespace>[^/]+)/leases/(?P<name>[^/]+)$"
 )
+_LEASE_RESOURCE = "leases.coordination.k8s.io"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a route is handed: the path's named groups, the query (first value of each
+    parameter) and the JSON body (``{}`` when there is none)."""
+
+    path: Mapping[str, str]
+    query: Mapping[str, str]
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint: ``answer`` returns the body sent with ``code`` (or a :class:`WatchStream`);
+    a ``_Refused`` it raises is sent with its own code and ``Status``."""
+
+    method: str
+    pattern: re.Pattern[str]
+    answer: Callable[[FakeApiServer, Request], Any]
+    code: int = 200
+
+
+def _list_or_watch(api: FakeApiServer, request: Request) -> Any:
+    kind = request.path["kind"]
+    if request.query.get("watch", "false") in ("true", "1", "True"):
+        return api.watch_stream(kind, int(request.query.get("resourceVersion") or 0))
+    return api.list_body(kind)
+
+
+def _custom_collection(api: FakeApiServer, request: Request) -> Any:
+    p = request.path
+    if p["name"]:
+        return api.get_custom(p["group"], p["version"], p["plural"], p["name"], p["namespace"])
+    return api.list_custom(p["group"], p["version"], p["plural"], p["namespace"])
+
+
+def _create_custom(api: FakeApiServer, request: Request) -> Any:
+    p = request.path
+    if p["name"]:
+        raise _Refused(405, status_body(405, "MethodNotAllowed", "POST to a named object"))
+    return api.create_custom(p["group"], p["version"], p["namespace"], p["plural"], request.body)
+
+
+def _delete_custom(api: FakeApiServer, request: Request) -> Any:
+    p = request.path
+    if not p["name"]:
+        raise _Refused(405, status_body(405, "MethodNotAllowed", "DELETE of a collection"))
+    options = {**request.query, **request.body}
+    return api.delete_custom(
+        p["group"], p["version"], p["plural"], p["name"], options, namespace=p["namespace"]
+    )
+
+
+def _lease_problems(body: Mapping[str, Any]) -> list[tuple[str, str]]:
+    duration = (body.get("spec") or {}).get("leaseDurationSeconds")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, int)):
+        return [("spec.leaseDurationSeconds", f"must be an int32, got {duration!r}")]
+    if duration is not None and duration <= 0:
+        return [("spec.leaseDurationSeconds", "must be greater than 0")]
+    return []
+
+
+def _get_lease(api: FakeApiServer, request: Request) -> Any:
+    name = request.path["name"]
+    lease = api.get("leases", name, namespace=request.path["namespace"])
+    if lease is None:
+        raise _Refused(404, _not_found("leases", "coordination.k8s.io", name))
+    return lease
+
+
+def _create_lease(api: FakeApiServer, request: Request) -> Any:
+    body, namespace = _copy(request.body), request.path["namespace"]
+    name = (body.get("metadata") or {}).get("name") or ""
+    problems = _lease_problems(body)
+    if problems:
+        raise _Refused(422, _invalid("leases", "coordination.k8s.io", name, problems))
+    body["metadata"]["namespace"] = namespace
+    with api._lock:
+        if api.get("leases", name, namespace=namespace) is not None:
+            message = f'{_LEASE_RESOURCE} "{name}" already exists'
+            raise _Refused(
+                409, status_body(409, "AlreadyExists", message, name=name, kind="leases")
+            )
+        body["metadata"].pop("resourceVersion", None)
+        return api._record("leases", "ADDED", body)
+
+
+def _replace_lease(api: FakeApiServer, request: Request) -> Any:
+    body, namespace, name = _copy(request.body), request.path["namespace"], request.path["name"]
+    metadata = body.setdefault("metadata", {})
+    problems = _lease_problems(body)
+    if not metadata.get("resourceVersion"):
+        # The Lease strategy allows no unconditional update: the client must say which version
+        # it read, so that two candidates cannot both take an expired lease.
+        problems.append(("metadata.resourceVersion", "must be specified for an update"))
+    if problems:
+        raise _Refused(422, _invalid("leases", "coordination.k8s.io", name, problems))
+    with api._lock:
+        stored = api.get("leases", name, namespace=namespace)
+        if stored is None:
+            raise _Refused(404, _not_found("leases", "coordination.k8s.io", name))
+        if metadata["resourceVersion"] != stored["metadata"]["resourceVersion"]:
+            message = (
+                f'Operation cannot be fulfilled on {_LEASE_RESOURCE} "{name}": the object has '
+                "been modified; please apply your changes to the latest version and try again"
+            )
+            raise _Refused(409, status_body(409, "Conflict", message, name=name, kind="leases"))
+        metadata["namespace"] = namespace
+        return api._record("leases", "MODIFIED", body)
+
+
+ROUTES: list[Route] = [
+    Route("GET", _CLUSTER_LISTS, _list_or_watch),
+    Route("GET", _POD, lambda api, r: api.get_pod(r.path["namespace"], r.path["name"])),
+    Route("POST", _PODS, lambda api, r: api.create_pod(r.path["namespace"], r.body), 201),
+    # Options may come as query parameters too; the body's win, as on the server.
+    Route(
+        "DELETE",
+        _POD,
+        lambda api, r: api.delete_pod(r.path["namespace"], r.path["name"], {**r.query, **r.body}),
+    ),
+    Route("GET", _PRIORITY_CLASS, lambda api, r: api.get_priority_class(r.path["name"])),
+    Route("POST", _PRIORITY_CLASSES, lambda api, r: api.create_priority_class(r.body), 201),
+    Route("GET", _LEASE, _get_lease),
+    Route("POST", _LEASES, _create_lease, 201),
+    Route("PUT", _LEASE, _replace_lease),
+    # Custom objects last: their pattern matches any group's namespaced path, so a route for a
+    # built-in namespaced resource of another group goes above this line.
+    Route("GET", _CUSTOM, _custom_collection),
+    Route("POST", _CUSTOM, _create_custom, 201),
+    Route("DELETE", _CUSTOM, _delete_custom),
+]
+"""The endpoints, first match wins."""
 
 
 def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
@@ -604,93 +858,58 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 api.bodies.append((method, path, body))
             return body
 
-        def _answer(self, call: Any, code: int = 200) -> None:
-            try:
-                self._send(code, call())
-            except _Refused as refused:
-                self._send(refused.code, refused.body)
-
-        def do_GET(self) -> None:
-            url = urlparse(self.path)
-            query = parse_qs(url.query)
-            api.requests.append(f"GET {self.path}")
-            if (match := _PRIORITY_CLASSES.match(url.path)) and match["name"]:
-                self._answer(lambda: api.get_priority_class(match["name"]))
-                return
-            if match := _CUSTOM.match(url.path):
-                group, version, plural, name = (
-                    match["group"],
-                    match["version"],
-                    match["plural"],
-                    match["name"],
-                )
-                if name:
-                    self._answer(lambda: api.get_custom(group, version, plural, name))
-                else:
-                    self._answer(lambda: api.list_custom(group, version, plural))
-                return
-            kind = {"/api/v1/nodes": "nodes", "/api/v1/pods": "pods"}.get(url.path)
-            if kind is None:
-                self._send(
-                    404,
-                    status_body(
-                        404, "NotFound", "the server could not find the requested resource"
-                    ),
-                )
-                return
-            if query.get("watch", ["false"])[0] not in ("true", "1", "True"):
-                self._send(200, api.list_body(kind))
-                return
-            since = int(query.get("resourceVersion", ["0"])[0] or 0)
-            lines = b"".join(json.dumps(e).encode() + b"\n" for e in api.watch_lines(kind, since))
+        def _stream(self, watch: WatchStream) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(lines)))
+            if watch.stall is not None:
+                # Headers, then silence on an open connection: what a client sees of a watch
+                # behind a hung proxy or a dropped NAT entry (no RST, no data).
+                self.end_headers()
+                self.wfile.flush()
+                watch.stall.wait(_LONGEST_STALL_SECONDS)
+                return
+            self.send_header("Content-Length", str(len(watch.lines)))
             self.end_headers()
-            self.wfile.write(lines)
+            self.wfile.write(watch.lines)
+
+        def _dispatch(self, method: str) -> None:
+            api.requests.append(f"{method} {self.path}")
+            url = urlparse(self.path)
+            body = self._body(method, url.path) if method != "GET" else {}
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            for route in ROUTES:
+                if route.method != method or not (match := route.pattern.match(url.path)):
+                    continue
+                try:
+                    answer = route.answer(api, Request(match.groupdict(), query, body))
+                except _Refused as refused:
+                    self._send(refused.code, refused.body)
+                    return
+                if isinstance(answer, WatchStream):
+                    self._stream(answer)
+                else:
+                    self._send(route.code, answer)
+                return
+            if method == "GET":
+                message = "the server could not find the requested resource"
+                self._send(404, status_body(404, "NotFound", message))
+            else:
+                self._send(405, status_body(405, "MethodNotAllowed", f"{method} {url.path}"))
+
+        def do_GET(self) -> None:
+            self._dispatch("GET")
 
         def do_POST(self) -> None:
-            api.requests.append(f"POST {self.path}")
-            path = urlparse(self.path).path
-            body = self._body("POST", path)
-            if match := _PODS.match(path):
-                namespace = match["namespace"]
-                self._answer(lambda: api.create_pod(namespace, body), 201)
-            elif _PRIORITY_CLASSES.match(path):
-                self._answer(lambda: api.create_priority_class(body), 201)
-            elif match := _CUSTOM.match(path):
-                group, version, namespace, plural = (
-                    match["group"],
-                    match["version"],
-                    match["namespace"],
-                    match["plural"],
-                )
-                self._answer(
-                    lambda: api.create_custom(group, version, namespace, plural, body), 201
-                )
-            else:
-                self._send(405, status_body(405, "MethodNotAllowed", f"POST {path}"))
+            self._dispatch("POST")
+
+        def do_PUT(self) -> None:
+            self._dispatch("PUT")
+
+        def do_PATCH(self) -> None:
+            self._dispatch("PATCH")
 
         def do_DELETE(self) -> None:
-            api.requests.append(f"DELETE {self.path}")
-            url = urlparse(self.path)
-            body = self._body("DELETE", url.path)
-            # Options may come as query parameters too; the body's win, as on the server.
-            query = {k: v[0] for k, v in parse_qs(url.query).items()}
-            options = {**query, **body}
-            if (match := _PODS.match(url.path)) and match["name"]:
-                name = match["name"]
-                self._answer(lambda: api.delete_pod(name, options))
-            elif (match := _CUSTOM.match(url.path)) and match["name"]:
-                group, version, plural, name = (
-                    match["group"],
-                    match["version"],
-                    match["plural"],
-                    match["name"],
-                )
-                self._answer(lambda: api.delete_custom(group, version, plural, name, options))
-            else:
-                self._send(405, status_body(405, "MethodNotAllowed", f"DELETE {url.path}"))
+            self._dispatch("DELETE")
 
     return Handler
 
@@ -712,6 +931,7 @@ def fake_api_server() -> Iterator[FakeApiServer]:
     try:
         yield api
     finally:
+        api.release_stalls()
         server.shutdown()
         server.server_close()
         thread.join(5)

@@ -1,4 +1,5 @@
-"""KubernetesCluster against a fake API server on loopback: informers, 410 Gone, pod writes."""
+"""KubernetesCluster against a fake API server on loopback: informers, 410 Gone, namespaces,
+pod writes and their preconditions, staleness."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from kubernetes import client
 
 from fleetledger.adapters.cluster import (
     ClusterError,
+    ClusterHealth,
     PodExists,
     PodSpec,
     PriorityClassConflict,
@@ -35,10 +37,25 @@ def api() -> Iterator[FakeApiServer]:
         yield server
 
 
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.fixture
-def cluster(api: FakeApiServer) -> KubernetesCluster:
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def cluster(api: FakeApiServer, clock: Clock) -> KubernetesCluster:
     configuration = client.Configuration(host=api.url)
-    return KubernetesCluster(client.ApiClient(configuration))
+    return KubernetesCluster(client.ApiClient(configuration), stale_after_seconds=30, clock=clock)
 
 
 class TestInformers:
@@ -129,6 +146,31 @@ class TestInformers:
         cluster.sync()
         [found] = cluster.list_pods()
         assert (found.cpu_millis, found.memory_mib) == (2100, 1024)
+
+
+class TestNamespaces:
+    def test_one_pod_name_in_two_namespaces_stays_two_pods(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """Both pods are listed; deleting one in its namespace leaves the other, in the API and
+        in the cache."""
+        api.put("pods", pod_object("vm", namespace="a", node="n1"))
+        api.put("pods", pod_object("vm", namespace="b", node="n1"))
+        cluster.sync()
+        assert [(p.namespace, p.name) for p in cluster.list_pods()] == [("a", "vm"), ("b", "vm")]
+        cluster.delete_pod("vm", namespace="a")
+        cluster.sync()
+        assert [(p.namespace, p.name) for p in cluster.list_pods()] == [("b", "vm")]
+        assert api.get("pods", "vm", namespace="b") is not None
+
+    def test_a_pod_is_created_in_its_namespace(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """A spec naming a namespace is posted there; one naming none to the default."""
+        assert cluster.create_pod(PodSpec("g", namespace="jobs")).namespace == "jobs"
+        assert cluster.create_pod(PodSpec("g")).namespace == "default"
+        assert len(_posted(api, "/api/v1/namespaces/jobs/pods")) == 1
+        assert len(_posted(api, "/api/v1/namespaces/default/pods")) == 1
 
 
 class TestWrites:
@@ -281,15 +323,51 @@ class TestPriority:
 
 
 class TestDeletePreconditions:
-    def test_a_delete_carries_the_uid_precondition(
+    def test_a_delete_carries_the_uid_and_version_preconditions(
         self, api: FakeApiServer, cluster: KubernetesCluster
     ) -> None:
-        """DeleteOptions.preconditions.uid is sent and the pod of that uid is deleted."""
+        """DeleteOptions.preconditions carries both and the pod they match is deleted."""
         created = cluster.create_pod(PodSpec("g1"))
-        cluster.delete_pod("g1", uid=created.uid)
+        cluster.delete_pod("g1", uid=created.uid, resource_version=created.resource_version)
         [(_, _, options)] = [b for b in api.bodies if b[0] == "DELETE"]
-        assert options["preconditions"] == {"uid": created.uid}
+        assert options["preconditions"] == {
+            "uid": created.uid,
+            "resourceVersion": created.resource_version,
+        }
         assert api.get("pods", "g1") is None
+
+    def test_a_delete_of_a_changed_pod_is_stale_and_read_again(
+        self, api: FakeApiServer, cluster: KubernetesCluster
+    ) -> None:
+        """The pod changed since the cache saw it: 409, StalePod with the pod as it is now,
+        which the cache shows before any watch delivers it."""
+        api.put("pods", pod_object("g1", phase="Pending"))
+        cluster.sync()
+        [seen] = cluster.list_pods()
+        api.put("pods", pod_object("g1", phase="Running"))
+        with pytest.raises(StalePod) as refused:
+            cluster.delete_pod("g1", uid=seen.uid, resource_version=seen.resource_version)
+        current = refused.value.current
+        assert current is not None and (current.uid, current.phase) == (seen.uid, "Running")
+        assert cluster.list_pods() == [current]
+        assert api.get("pods", "g1") is not None
+        assert "GET /api/v1/namespaces/default/pods/g1" in api.requests
+
+    def test_the_conflict_is_a_status_as_the_server_sends(self, api: FakeApiServer) -> None:
+        """A failed precondition is 409 with a Status body: reason Conflict, the object named."""
+        core = client.CoreV1Api(client.ApiClient(client.Configuration(host=api.url)))
+        api.put("pods", pod_object("p"))
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="not-it"))
+        with pytest.raises(client.ApiException) as refused:
+            core.delete_namespaced_pod("p", "default", body=options)
+        status = json.loads(str(refused.value.body))
+        assert (refused.value.status, status["kind"], status["reason"]) == (
+            409,
+            "Status",
+            "Conflict",
+        )
+        assert status["details"] == {"name": "p", "kind": "pods"}
+        assert "Precondition failed: UID in precondition: not-it" in status["message"]
 
     def test_a_stale_delete_leaves_the_newer_pod(
         self, api: FakeApiServer, cluster: KubernetesCluster
@@ -298,10 +376,11 @@ class TestDeletePreconditions:
         old = cluster.create_pod(PodSpec("g1"))
         cluster.delete_pod("g1")
         newer = cluster.create_pod(PodSpec("g1"))
-        with pytest.raises(StalePod):
+        with pytest.raises(StalePod) as refused:
             cluster.delete_pod("g1", uid=old.uid)
         stored = api.get("pods", "g1")
         assert stored is not None and stored["metadata"]["uid"] == newer.uid
+        assert refused.value.current is not None and refused.value.current.uid == newer.uid
 
     def test_an_evicted_pod_shows_its_reason(
         self, api: FakeApiServer, cluster: KubernetesCluster
@@ -313,3 +392,36 @@ class TestDeletePreconditions:
         cluster.sync()
         [found] = cluster.list_pods()
         assert (found.phase, found.reason) == ("Failed", "Evicted")
+
+
+class TestStaleness:
+    def test_caches_never_listed_are_problems(self, cluster: KubernetesCluster) -> None:
+        """Before the first list, both caches are named."""
+        assert isinstance(cluster, ClusterHealth)
+        assert cluster.problems() == [
+            "the Node cache has not listed the cluster yet",
+            "the Pod cache has not listed the cluster yet",
+        ]
+
+    def test_silence_past_the_limit_is_a_problem_until_the_server_is_heard(
+        self, cluster: KubernetesCluster, clock: Clock
+    ) -> None:
+        """Staleness by kind; past stale_after_seconds a cache is named, and a watch round the
+        server ends clears it."""
+        cluster.sync()
+        assert (cluster.staleness_seconds(), cluster.problems()) == ({"Node": 0, "Pod": 0}, [])
+        clock.now += 31
+        assert cluster.staleness_seconds() == {"Node": 31, "Pod": 31}
+        assert cluster.problems() == [
+            "the Node cache is stale: nothing from the API server for 31 s (limit 30 s)",
+            "the Pod cache is stale: nothing from the API server for 31 s (limit 30 s)",
+        ]
+        cluster.sync()
+        assert cluster.problems() == []
+
+    def test_a_limit_that_is_not_positive_is_refused(self, api: FakeApiServer) -> None:
+        """Configuration is checked at construction."""
+        with pytest.raises(ValueError, match="stale_after_seconds"):
+            KubernetesCluster(
+                client.ApiClient(client.Configuration(host=api.url)), stale_after_seconds=0
+            )

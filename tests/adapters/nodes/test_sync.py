@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fleetledger.adapters.cluster import FakeCluster, Node, PodSpec
 from fleetledger.adapters.nodes import NodesRuntime
 from fleetledger.adapters.nodes.specs import (
@@ -32,6 +34,32 @@ class TestClusterSync:
         assert (state.cpu.total, state.memory.total) == (8000, 16)
         assert set(state.vm_pods) == {"vm"}
         assert set(state.other_pods) == {"web"}
+
+    def test_same_named_pods_of_two_namespaces_are_two_reservations(
+        self, store: EventStore
+    ) -> None:
+        """A pod outside the default namespace is accounted as namespace/name, so a same-named
+        pod of another namespace on the node is reserved too, and deleting one keeps the other."""
+        web = PodSpec("web", node="n1", cpu_millis=300, memory_mib=100)
+        fleet = cluster(
+            node("n1"), pods=(web, PodSpec("web", node="n1", namespace="shop", cpu_millis=200))
+        )
+        runtime = manual_runtime(store, fleet)
+        assert set(runtime.service.stream("n1").state.other_pods) == {"web", "shop/web"}
+        _fleet(runtime).delete_pod("web", namespace="shop")
+        runtime.step()
+        assert set(runtime.service.stream("n1").state.other_pods) == {"web"}
+
+    def test_a_second_vm_pod_under_one_name_is_left_out(self, store: EventStore) -> None:
+        """VM pods keep their bare names (their agents know no other): a second VM pod of the
+        same name in another namespace is not accounted over the first."""
+        twin = vm_pod("vm", "n1")
+        fleet = cluster(node("n1"), pods=(vm_pod("vm", "n1"), replace(twin, namespace="other")))
+        runtime = manual_runtime(store, fleet)
+        assert set(runtime.service.stream("n1").state.vm_pods) == {"vm"}
+        head = store.head()
+        runtime.step()
+        assert store.head() == head
 
     def test_a_second_pass_appends_nothing(self, store: EventStore) -> None:
         """Sync is idempotent: with nothing changed in the cluster, the log does not grow."""

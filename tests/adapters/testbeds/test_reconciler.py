@@ -199,52 +199,94 @@ class TestEndedGhosts:
 
 class _RacingCluster(FakeCluster):
     """Between the reconciler's observation and its delete, ``target`` is replaced by a newer
-    pod of the same name (another process re-created it)."""
+    pod of the same name (another process re-created it), or, with ``rewrite``, written again
+    (its resource version moves). Every delete asked for is recorded."""
 
     target: str | None = None
+    rewrite = False
 
-    def delete_pod(self, name: str, *, uid: str | None = None) -> None:
+    def __init__(self) -> None:
+        super().__init__(two_nodes().list_nodes())
+        self.asked: list[tuple[str, str | None, str | None]] = []
+
+    def delete_pod(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        self.asked.append((name, uid, resource_version))
         if name == self.target:
             self.target = None
             old = self.pod(name)
-            assert old is not None
-            super().delete_pod(name)
-            super().create_pod(
-                PodSpec(
-                    name,
-                    labels=old.labels,
-                    annotations=old.annotations,
-                    node=old.node,
-                    cpu_millis=old.cpu_millis,
-                    memory_mib=old.memory_mib,
-                    priority_class_name=old.priority_class_name,
+            assert old is not None and old.node is not None
+            if self.rewrite:
+                self.set_phase(name, old.phase)
+            else:
+                super().delete_pod(name)
+                super().create_pod(
+                    PodSpec(
+                        name,
+                        labels=old.labels,
+                        annotations=old.annotations,
+                        node=old.node,
+                        cpu_millis=old.cpu_millis,
+                        memory_mib=old.memory_mib,
+                        priority_class_name=old.priority_class_name,
+                    )
                 )
-            )
-        super().delete_pod(name, uid=uid)
+        super().delete_pod(name, namespace=namespace, uid=uid, resource_version=resource_version)
+
+
+STALE = "bed-ghost-n1-0-1000m-2048mi"
+
+
+def _racing(
+    store: EventStore, *, rewrite: bool
+) -> tuple[World, _RacingCluster, GhostPodReconciler]:
+    """Ghosts made, then the testbed resized so every ghost is to go, ``STALE`` racing."""
+    w = world(store)
+    cluster = _RacingCluster()
+    cluster.rewrite = rewrite
+    reconciler = GhostPodReconciler(w.service, cluster)
+    reconciler.reconcile(BED)
+    w.service.define_testbed(
+        BED, node_label="testbed", slots_per_node=2, cpu_millis=500, memory_mib=1024
+    )
+    cluster.target = STALE
+    return w, cluster, reconciler
 
 
 class TestStaleDeletes:
-    def test_a_stale_delete_leaves_the_newer_pod_of_the_name(self, store: EventStore) -> None:
-        """The delete carries the uid the reconciler observed: a newer pod that took the name
-        since is left alone, and the next pass, having observed it, decides about it."""
-        w = world(store)
-        cluster = _RacingCluster(two_nodes().list_nodes())
-        reconciler = GhostPodReconciler(w.service, cluster)
-        reconciler.reconcile(BED)
-        stale = "bed-ghost-n1-0-1000m-2048mi"
-        first_uid = _uid(cluster, stale)
-        w.service.define_testbed(
-            BED, node_label="testbed", slots_per_node=2, cpu_millis=500, memory_mib=1024
-        )
-        cluster.target = stale
+    def test_a_stale_delete_is_decided_again_on_the_newer_pod(self, store: EventStore) -> None:
+        """The delete carries the uid the reconciler observed: the newer pod that took the name
+        is refused to it; the pass reads the cluster again and decides about the newer pod on
+        its own uid, never repeating the refused delete."""
+        _, cluster, reconciler = _racing(store, rewrite=False)
+        first_uid = _uid(cluster, STALE)
 
         reconciler.reconcile(BED)
 
-        newer_uid = _uid(cluster, stale)
-        assert newer_uid != first_uid
-        w.clock.advance(1)
+        asked = [(uid, version) for name, uid, version in cluster.asked if name == STALE]
+        assert len(asked) == 2 and asked[0][0] == first_uid
+        assert asked[1][0] not in (None, first_uid)
+        assert cluster.pod(STALE) is None
+
+    def test_a_delete_of_a_changed_pod_is_decided_again(self, store: EventStore) -> None:
+        """The pod was written since it was observed: its old resource version is refused, and
+        the pass deletes it on the version it reads again."""
+        _, cluster, reconciler = _racing(store, rewrite=True)
+        observed = cluster.pod(STALE)
+        assert observed is not None
+
         reconciler.reconcile(BED)
-        assert cluster.pod(stale) is None
+
+        asked = [(uid, version) for name, uid, version in cluster.asked if name == STALE]
+        assert asked[0] == (observed.uid, observed.resource_version)
+        assert asked[1][0] == observed.uid and asked[1][1] != observed.resource_version
+        assert cluster.pod(STALE) is None
 
     def test_the_fake_refuses_a_delete_with_another_uid(self) -> None:
         """StalePod, and the pod stays."""
