@@ -29,7 +29,14 @@ from collections.abc import Callable
 import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
-from fleetledger.adapters.runtime import LogFollower, NoFencing, RetryPolicy, ThreadRunner, Writer
+from fleetledger.adapters.runtime import (
+    DutyFencing,
+    LogFollower,
+    NoFencing,
+    RetryPolicy,
+    ThreadRunner,
+    Writer,
+)
 from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactors
@@ -100,7 +107,7 @@ class IpamRuntime:
             writer = Writer(
                 actor=actor,
                 labels=(("capability", "ipam"),),
-                fencing=leadership if leadership is not None else NoFencing(),
+                fencing=DutyFencing(leadership) if leadership is not None else NoFencing(),
             )
         self.service = SubnetService(
             store, clock=self.clock, config=config, writer=writer, retry=retry

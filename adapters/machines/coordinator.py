@@ -37,7 +37,11 @@ Concurrency: batches run on a :class:`~fleetledger.adapters.runtime.runners.Task
 bound (``max_concurrent_batches`` when the runtime builds it) is a ceiling, set high by default:
 what paces the batches is the cloud's write budget. One batch never runs twice at once in this
 process. Two processes working the same batch would both be safe (expected versions,
-create-only), but wasteful: run one leader.
+create-only), but wasteful: run one leader. When they do meet — a new leader and the one it
+replaced, each about to dispatch the same attempt — the one whose dispatch, decided again after
+catching up, turns out to be already recorded sends nothing: nothing of its own was appended, so
+no fence stopped it, and the calls belong to the process that recorded them. It reads those
+machines instead, as any in-doubt machine.
 
 The write budget: before each dispatch the batch reserves the writes its create call costs from
 a :class:`~fleetledger.adapters.machines.write_budget.WriteBudget` (Azure's per-subscription
@@ -414,7 +418,25 @@ class Coordinator:
         else:
             header = None
             calls = tuple(f"create {m.machine_name} (create-only PUT)" for m in machines)
-        batch.record(RecordDispatch(batch.batch_id, attempt, calls, header, at=self._clock.now()))
+        dispatch = RecordDispatch(batch.batch_id, attempt, calls, header, at=self._clock.now())
+        if not batch.record(dispatch):
+            # The append met another process's dispatch of this very attempt (a new leader, or
+            # the old one it replaced) and was decided again to nothing: nothing of ours was
+            # appended, so no fence was met either. That process sends (or sent) these
+            # machines; sending them too would make the same creates twice. Read them instead.
+            log.info(
+                "another process recorded this dispatch; reading its machines instead",
+                batch_id=batch.batch_id,
+                attempt=attempt,
+            )
+            return
+        if self._halted.is_set():
+            # Deposed between the record and the call: the next leader reads these machines
+            # (not found: never sent) and sends them.
+            raise BatchStalled(
+                f"batch {batch.batch_id}: this process stopped leading before its create call; "
+                "it is left to the next leader"
+            )
         request = BatchCreate(
             batch.batch_id,
             opened.template,
@@ -592,6 +614,8 @@ class Coordinator:
         while True:
             try:
                 seen = self._cloud.read_machine(machine_name, resume_token=token)
+            except Deposed:
+                raise  # a self-fenced port: not a failed read, no reason to try again
             except Exception as e:
                 failures += 1
                 if failures >= options.read_error_attempts:
@@ -668,14 +692,15 @@ class _BatchLog:
         except StoreUnavailable as e:
             raise MachinesLogUnavailable(f"cannot load batch {self.batch_id}: {e}") from e
 
-    def record(self, *commands: BatchLogCommand) -> None:
+    def record(self, *commands: BatchLogCommand) -> bool:
         """Decide ``commands`` in turn on the current state and append what they decide in one
-        append, or nothing if one is refused (a leader duty).
+        append, or nothing if one is refused (a leader duty); whether anything was appended
+        (nothing: the state, caught up after a conflict, already had it all).
 
         Each event's causation is the event the decision was taken after (the stream's last).
         """
         try:
-            self._stream.execute(
+            decision = self._stream.execute(
                 lambda at: [(command, self._stream.last_event_id) for command in commands],
                 duty=True,
             )
@@ -688,6 +713,7 @@ class _BatchLog:
         except (LogUnavailable, StoreUnavailable) as e:
             # StoreUnavailable: a read on the way (catching up after a conflict) failed.
             raise MachinesLogUnavailable(str(e)) from e
+        return bool(decision.events)
 
     def _note_completion(self, folded: Sequence[Folded[BatchLogEvent]]) -> None:
         for f in folded:

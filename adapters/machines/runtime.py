@@ -50,7 +50,7 @@ from fleetledger.adapters.runtime import (
     Writer,
 )
 from fleetledger.adapters.runtime.duties import Duties
-from fleetledger.adapters.runtime.leadership import Leadership
+from fleetledger.adapters.runtime.leadership import DutyFencing, Leadership
 from fleetledger.domain.machines import DEFAULT_MAX_ATTEMPTS, GrouperConfig
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.machine_requests import REQUEST_EVENT_TYPES, MachineRequestsProjection
@@ -124,7 +124,9 @@ class MachinesRuntime:
         writer = Writer(
             actor=actor,
             labels=(("grouper", grouper_name),),
-            fencing=leadership if leadership is not None else NoFencing(),
+            # After a step-down a duty still running appends with the term it was started in,
+            # so the store refuses it once a newer term leads.
+            fencing=DutyFencing(leadership) if leadership is not None else NoFencing(),
             recent=self.projection.recent,
         )
         self.service = MachineService(
@@ -180,7 +182,11 @@ class MachinesRuntime:
 
     @property
     def role(self) -> str:
-        """``leader`` or ``follower`` (a runtime without leadership leads while it runs)."""
+        """``leader`` or ``follower`` (a runtime without leadership leads while it runs), or
+        ``stepping down``: the lease's local deadline passed, so no more cloud calls are made
+        and the lease is being given up."""
+        if self.leadership is not None and self.leadership.role == "stepping down":
+            return "stepping down"
         return self.duties.role
 
     @property

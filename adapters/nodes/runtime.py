@@ -25,7 +25,7 @@ import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.cluster import ClusterGateway
-from fleetledger.adapters.runtime import LogFollower, NoFencing, RetryPolicy, Writer
+from fleetledger.adapters.runtime import DutyFencing, LogFollower, NoFencing, RetryPolicy, Writer
 from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactors
@@ -82,7 +82,7 @@ class NodesRuntime:
         writer = Writer(
             actor=actor,
             labels=(("capability", "nodes"),),
-            fencing=leadership if leadership is not None else NoFencing(),
+            fencing=DutyFencing(leadership) if leadership is not None else NoFencing(),
             recent=self.projection.recent,
         )
         self.service = NodeService(

@@ -14,6 +14,8 @@ stream naming — and its reactors. The host owns the rest, once:
 - :class:`LogFollower`: keep an in-memory read model current;
 - :class:`Leadership`: elect one leader per database, record each term in the log, fence
   deposed terms (the store refuses their appends) and step down at once when fenced;
+- self-fencing (:class:`FencedCloud`, :class:`FencedCluster`, :class:`FencedApplications`): a
+  leader past its lease's local deadline makes no more cloud or cluster calls;
 - task runners for reactors' long work.
 """
 
@@ -33,9 +35,24 @@ from .driver import ClockDriver
 from .duties import Duties
 from .errors import CommandRefused, Deposed, HostError, LogContention, LogUnavailable
 from .follower import LogFollower, ReadModel
-from .leadership import FileLease, Leadership, Lease, MemoryLease, PostgresLease, lease_for
+from .leadership import (
+    DutyFencing,
+    FileLease,
+    Leadership,
+    Lease,
+    MemoryLease,
+    PostgresLease,
+    lease_for,
+)
 from .reactors import Reactor, Reactors
 from .runners import InlineRunner, TaskRunner, ThreadRunner
+from .self_fencing import (
+    FencedApplications,
+    FencedCloud,
+    FencedCluster,
+    LeaseExpired,
+    SelfFence,
+)
 from .stream import (
     Companions,
     Decision,
@@ -59,7 +76,11 @@ __all__ = [
     "Decision",
     "Deposed",
     "Duties",
+    "DutyFencing",
     "EventCodec",
+    "FencedApplications",
+    "FencedCloud",
+    "FencedCluster",
     "FileLease",
     "Fencing",
     "Folded",
@@ -67,6 +88,7 @@ __all__ = [
     "HostedStream",
     "InlineRunner",
     "Lease",
+    "LeaseExpired",
     "Leadership",
     "LogContention",
     "LogFollower",
@@ -80,6 +102,7 @@ __all__ = [
     "Reactor",
     "Reactors",
     "RetryPolicy",
+    "SelfFence",
     "SnapshotCodec",
     "TaskRunner",
     "ThreadRunner",

@@ -16,6 +16,18 @@ Two parts:
   the latest recorded one (:class:`~fleetledger.eventstore.Fenced`). A process learns it is
   deposed from its heartbeat (the lease is gone) or from a fenced append, whichever comes first,
   and then stops its reactors and drivers at once and goes back to following.
+
+Learning it from the heartbeat can take too long: a leader cut off from the database (or the
+Kubernetes API) may not hear back from its renewal until well after the lease has passed to
+another process, and meanwhile it could still call the cloud. So a leader given
+``lease_seconds`` keeps a **local deadline** on the monotonic clock: the start of its last
+successful renewal, plus the lease time, less a safety margin (a renewal still on its way then
+is waited for: if it succeeds, the lease held from when it was sent). Past it the lease may be
+another process's: the side-effect ports (:mod:`~fleetledger.adapters.runtime.self_fencing`)
+refuse to act, the leader steps down (``role`` says ``stepping down`` until the lease is
+released) and then campaigns again. Its duty appends go on carrying the term it led in
+(:class:`DutyFencing`), so one still in flight is refused by the store once a newer term is
+recorded, instead of landing with no term at all.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import fcntl
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Protocol
@@ -42,6 +55,7 @@ from .codec import EventCodec
 
 __all__ = [
     "LEADERSHIP_CODEC",
+    "DutyFencing",
     "FileLease",
     "Lease",
     "Leadership",
@@ -60,7 +74,9 @@ LEADERSHIP_CODEC: EventCodec[LeaderElected] = EventCodec(
 LEADER_LOCK_KEY = 4_242_001
 """The advisory lock key of the leader lease (the migration lock is 4_242_000)."""
 
-Role = Literal["leader", "follower"]
+Role = Literal["leader", "follower", "stepping down"]
+"""``stepping down``: the lease may have passed (its local deadline did), side effects have
+stopped, and the lease is being given up; then ``follower``."""
 
 
 def default_holder() -> str:
@@ -255,9 +271,18 @@ class Leadership:
         holder: str | None = None,
         scope: str = "default",
         check_interval: float = 1.0,
+        lease_seconds: float | None = None,
+        safety_margin: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if check_interval <= 0:
             raise ValueError(f"check_interval must be > 0, got {check_interval}")
+        self._acting_seconds = _acting_seconds(lease_seconds, safety_margin, check_interval)
+        self._monotonic = monotonic
+        self._renewed_at: float | None = None
+        self._renewing_since: float | None = None
+        self._stepping_down = False
+        self._last_term: int | None = None
         self._store = store
         self._lease = lease
         self._clock = clock
@@ -265,6 +290,7 @@ class Leadership:
         self.stream_id = f"leadership-{scope}"
         self._check_interval = check_interval
         self._lock = threading.RLock()
+        self._renewal_answered = threading.Condition(self._lock)
         self._term: int | None = None
         self._elected: list[Callable[[int], None]] = []
         self._deposed: list[Callable[[str], None]] = []
@@ -286,7 +312,78 @@ class Leadership:
 
     @property
     def role(self) -> Role:
-        return "leader" if self.term() is not None else "follower"
+        with self._lock:
+            if self._stepping_down or (self._term is not None and self._out_of_time()):
+                return "stepping down"
+            return "leader" if self._term is not None else "follower"
+
+    @property
+    def last_term(self) -> int | None:
+        """The term this process led in last (still, or before it stepped down)."""
+        with self._lock:
+            return self._last_term
+
+    # -- self-fencing --------------------------------------------------------------------------
+
+    def acting_deadline(self) -> float | None:
+        """The monotonic time past which this leader must not act (its lease may be another
+        process's by then); ``None`` without ``lease_seconds`` or while not leading."""
+        with self._lock:
+            if self._term is None or self._renewed_at is None or self._acting_seconds is None:
+                return None
+            return self._renewed_at + self._acting_seconds
+
+    def may_act(self) -> int | None:
+        """The term to act in, or ``None`` when this process must not act: it does not lead,
+        or it leads past its acting deadline — then it steps down here and now."""
+        with self._lock:
+            while True:
+                term = self._term
+                if term is None:
+                    return None
+                if not self._deadline_passed():
+                    return term
+                if self._out_of_time():
+                    break
+                # A renewal is on its way: if it succeeds, the lease held from when it was
+                # sent, so its answer decides — waited for no longer than that would allow.
+                assert self._renewing_since is not None and self._acting_seconds is not None
+                left = self._renewing_since + self._acting_seconds - self._monotonic()
+                self._renewal_answered.wait(max(0.0, left))
+            self._stepping_down = True
+        self._step_down(
+            "the lease was not renewed in time: it may have passed to another process",
+            term=term,
+            release=False,
+        )
+        return None
+
+    def _deadline_passed(self) -> bool:
+        if self._renewed_at is None or self._acting_seconds is None:
+            return False
+        return self._monotonic() >= self._renewed_at + self._acting_seconds
+
+    def _out_of_time(self) -> bool:
+        """Past the deadline, and no renewal on its way that could still extend it."""
+        if not self._deadline_passed():
+            return False
+        since, acting = self._renewing_since, self._acting_seconds
+        return since is None or acting is None or self._monotonic() >= since + acting
+
+    def _renew(self) -> bool:
+        """Renew the lease; on success the acting deadline counts from when it was asked."""
+        with self._lock:
+            asked = self._renewing_since = self._monotonic()
+        renewed = False
+        try:
+            renewed = self._lease.check()
+        finally:
+            with self._lock:
+                self._renewing_since = None
+                if renewed and self._term is not None:
+                    self._renewed_at = asked
+                self._renewal_answered.notify_all()
+        return renewed
 
     def on_elected(self, callback: Callable[[int], None]) -> None:
         self._elected.append(callback)
@@ -300,9 +397,21 @@ class Leadership:
 
     def step(self) -> Role:
         """One round: a leader renews its lease (stepping down if it is lost); a follower tries
-        to take the lease and, having it, records the next term. Returns the role after it."""
+        to take the lease and, having it, records the next term. Returns the role after it.
+
+        A renewal counts from when it was asked for, not answered: the lease holds from at
+        least then, so the acting deadline is never later than the lease's true end."""
+        with self._lock:
+            stepping_down = self._stepping_down
+        if stepping_down:
+            # Past its acting deadline: give the lease up here, in this thread, where a release
+            # that blocks on a dead connection blocks nobody else.
+            self._lease.release()
+            with self._lock:
+                self._stepping_down = False
+            return "follower"
         if self.term() is not None:
-            if not self._lease.check():
+            if not self._renew():
                 self._step_down("the lease was lost")
             return self.role
         if not self._lease.try_acquire():
@@ -313,8 +422,17 @@ class Leadership:
             log.warning("won the lease but could not record the election", error=str(e))
             self._lease.release()
             return "follower"
+        # Renewed once more before leading: taking the lease (a new connection) and recording
+        # the term may have taken a while, and the acting time counts from a renewal's start.
+        asked = self._monotonic()
+        if not self._lease.check():
+            log.warning("won the lease but lost it while recording the election", term=term)
+            self._lease.release()
+            return "follower"
         with self._lock:
             self._term = term
+            self._last_term = term
+            self._renewed_at = asked
         log.info("elected leader", holder=self.holder, term=term)
         for callback in self._elected:
             callback(term)
@@ -348,15 +466,17 @@ class Leadership:
             version = record.stream_version
         return state, version
 
-    def _step_down(self, reason: str, *, term: int | None = None) -> None:
+    def _step_down(self, reason: str, *, term: int | None = None, release: bool = True) -> None:
         with self._lock:
             if self._term is None or (term is not None and term != self._term):
                 return  # already following, or a stale report about an earlier term
             was, self._term = self._term, None
+            self._renewed_at = None
         log.warning("stepped down; following", holder=self.holder, term=was, reason=reason)
         for callback in self._deposed:
             callback(reason)
-        self._lease.release()
+        if release:
+            self._lease.release()
 
     # -- the thread ----------------------------------------------------------------------------
 
@@ -376,6 +496,8 @@ class Leadership:
             self._thread.join(timeout)
         self._step_down("stopping")
         self._lease.release()
+        with self._lock:
+            self._stepping_down = False
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -384,3 +506,53 @@ class Leadership:
             except Exception:
                 log.exception("leadership round failed; trying again")
             self._stop.wait(self._check_interval)
+
+
+def _acting_seconds(
+    lease_seconds: float | None, safety_margin: float | None, check_interval: float
+) -> float | None:
+    """How long after a renewal was asked for a leader may act: the lease less the margin.
+
+    The margin (a quarter of the lease by default) covers a call's way from the check to the
+    provider and a follower whose clock runs faster than ours; renewals must come more often
+    than the rest, or a healthy leader would fence itself between two of them."""
+    if lease_seconds is None:
+        if safety_margin is not None:
+            raise ValueError("safety_margin needs lease_seconds: it is taken off the lease")
+        return None
+    if not lease_seconds > 0:
+        raise ValueError(f"lease_seconds must be > 0, got {lease_seconds}")
+    margin = lease_seconds / 4 if safety_margin is None else safety_margin
+    if not 0 < margin < lease_seconds:
+        raise ValueError(
+            f"safety_margin must be > 0 and below the lease ({lease_seconds} s), got {margin}"
+        )
+    acting = lease_seconds - margin
+    if check_interval >= acting:
+        raise ValueError(
+            f"check_interval ({check_interval} s) must be shorter than the lease less its "
+            f"safety margin ({acting} s), or a healthy leader would stop acting between renewals"
+        )
+    return acting
+
+
+class DutyFencing:
+    """The fencing of a runtime's duty appends: the term this process leads in, or after it
+    stepped down the term it led in last.
+
+    A duty that was already running when its process stepped down (a batch between its cloud
+    call and recording the result) would otherwise append with no term at all, and the store
+    fences only appends that carry one; with the old term it is refused once a newer term is
+    recorded. A process that never led appends with none, as before."""
+
+    __slots__ = ("_leadership",)
+
+    def __init__(self, leadership: Leadership) -> None:
+        self._leadership = leadership
+
+    def term(self) -> int | None:
+        term = self._leadership.term()
+        return term if term is not None else self._leadership.last_term
+
+    def deposed(self, error: Fenced) -> None:
+        self._leadership.deposed(error)

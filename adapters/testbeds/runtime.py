@@ -27,7 +27,7 @@ import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.cluster import ClusterGateway, PriorityClassConflict
-from fleetledger.adapters.runtime import NoFencing, RetryPolicy, Writer
+from fleetledger.adapters.runtime import DutyFencing, NoFencing, RetryPolicy, Writer
 from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.eventstore import EventStore
@@ -81,7 +81,7 @@ class TestbedsRuntime:
         writer = Writer(
             actor=actor,
             labels=(("capability", "testbeds"),),
-            fencing=leadership if leadership is not None else NoFencing(),
+            fencing=DutyFencing(leadership) if leadership is not None else NoFencing(),
         )
         self.service = TestbedsService(store, clock=self.clock, writer=writer, retry=retry)
         self.reconciler = GhostPodReconciler(self.service, cluster)

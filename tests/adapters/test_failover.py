@@ -21,6 +21,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from fleetledger.adapters.benchmarks.partition import StallingProxy, measure_partition
 from fleetledger.adapters.cloud.shared_fake import SharedFakeCloud
 from fleetledger.eventstore import open_store
 from tests.waiting import wait_until
@@ -255,6 +256,81 @@ class TestGracefulStop:
             assert _terminal_events(postgres_url)[request_id] == 0
         finally:
             controller.stop()
+
+
+class TestPartition:
+    """A leader cut off from the database for three leases while a burst goes to the other
+    controller: two in-process controllers, each through its own proxy to one Postgres, one
+    fake cloud that records which controller create-called each machine name."""
+
+    def test_a_partitioned_leader_stops_calling_the_cloud_before_its_lease_passes(
+        self, postgres_url: str
+    ) -> None:
+        """Nothing passes and nothing is closed: the leader's renewal just waits. It says
+        ``stepping down`` once its acting deadline passes, and no machine name is
+        create-called by both controllers."""
+        figures = measure_partition(postgres_url, lease_seconds=LEASE_SECONDS, requests=40)
+
+        assert figures["partition_double_attempts"] == 0, figures["double_attempted_names"]
+        assert "stepping down" in figures["old_leader_roles"]
+        assert figures["machine_names_attempted"] == figures["requests"] == 80
+        assert figures["takeover_seconds"] is not None
+
+    def test_a_partitioned_serve_says_stepping_down_and_the_other_takes_over(
+        self, postgres_url: str, tmp_path: Path
+    ) -> None:
+        """Two ``serve`` processes, each through its own proxy: the leader's stalls. Its health
+        says ``stepping down`` while the other leads; healed, it follows, and every request
+        has one outcome and one machine."""
+        target = sa.engine.make_url(postgres_url)
+        proxies = [StallingProxy(target.host or "127.0.0.1", target.port or 5432) for _ in "ab"]
+        urls = [
+            target.set(host=p.host, port=p.port).render_as_string(hide_password=False)
+            for p in proxies
+        ]
+        cloud_file = tmp_path / "cloud.db"
+        running = [
+            Controller(url, cloud_file, tmp_path / f"serve-{n}.log") for n, url in enumerate(urls)
+        ]
+        try:
+            wait_until(
+                lambda: sorted(str(c.role()) for c in running) == ["follower", "leader"],
+                timeout=30,
+                what="one of the two to lead",
+            )
+            leader, follower = _leader_and_follower(running)
+            before = [leader.request(f"p-{n}") for n in range(5)]
+            proxy = proxies[running.index(leader)]
+
+            proxy.stall()
+            wait_until(lambda: leader.role() == "stepping down", timeout=10, what="self-fencing")
+            wait_until(lambda: follower.role() == "leader", timeout=20, what="the takeover")
+            during = [follower.request(f"q-{n}") for n in range(5)]
+            assert leader.role() == "stepping down"
+            proxy.resume()
+
+            wait_until(lambda: leader.role() == "follower", timeout=30, what="the old leader")
+            request_ids = before + during
+            wait_until(lambda: _all_created(follower, request_ids), timeout=60, what="outcomes")
+            assert "Traceback" not in leader.output()
+            _check_the_log(postgres_url, request_ids, cloud_file)
+        finally:
+            for controller in running:
+                controller.stop()
+            for proxy in proxies:
+                proxy.close()
+
+    def test_a_leader_whose_connections_are_reset_makes_no_double_attempt(
+        self, postgres_url: str
+    ) -> None:
+        """Every connection reset and new ones refused: both sides learn at once, the lease
+        passes at once, and still no name is create-called by both."""
+        figures = measure_partition(
+            postgres_url, lease_seconds=LEASE_SECONDS, requests=40, fault="cut"
+        )
+
+        assert figures["partition_double_attempts"] == 0, figures["double_attempted_names"]
+        assert figures["machine_names_attempted"] == 80
 
 
 def _types(url: str) -> set[str]:

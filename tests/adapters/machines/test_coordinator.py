@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cloud import (
@@ -28,10 +30,12 @@ from fleetledger.eventstore import EventStore, RecordedEvent
 from .support import (
     EPOCH,
     CountingCloud,
+    HeldRunner,
     LostCalls,
     events_of,
     manual_runtime,
     request,
+    terminal_outcomes,
 )
 
 
@@ -264,3 +268,72 @@ class TestScheduling:
         assert sqlite_store.head() == head
         assert len(fake.calls) == 1
         assert runtime.coordinator.in_flight() == ()
+
+
+class ClockWithInterlude(ManualClock):
+    """A manual clock whose first sleep lets something else happen meanwhile (another process
+    acting while this one waits)."""
+
+    def __init__(self, start: datetime, interlude: Callable[[], object]) -> None:
+        super().__init__(start)
+        self._interlude: Callable[[], object] | None = interlude
+
+    def sleep(self, seconds: float) -> None:
+        interlude, self._interlude = self._interlude, None
+        if interlude is not None:
+            interlude()
+        super().sleep(seconds)
+
+
+class CreatesOf:
+    """One process's handle on the shared fake cloud, noting the creates it sends."""
+
+    def __init__(self, inner: FakeCloud) -> None:
+        self.inner = inner
+        self.sent: list[tuple[str, ...]] = []
+
+    def create_batch(
+        self, request: BatchCreate, *, on_progress: ProgressCallback | None = None
+    ) -> BatchCreateResult:
+        self.sent.append(request.machine_names)
+        return self.inner.create_batch(request, on_progress=on_progress)
+
+    def read_machine(
+        self, machine_name: str, *, resume_token: str | None = None
+    ) -> MachineObservation:
+        return self.inner.read_machine(machine_name, resume_token=resume_token)
+
+
+class TestAnotherProcessDispatches:
+    def test_a_dispatch_another_process_recorded_first_is_read_not_sent_again(
+        self, store: EventStore
+    ) -> None:
+        """While this process waits for its write budget, another executes the same batch. Its
+        own dispatch then meets that one and is decided again to nothing: nothing of it is
+        appended (so no fence could refuse it), and it must not make the create call either."""
+        cloud = FakeCloud()
+        here = CreatesOf(cloud)
+        there = CreatesOf(cloud)
+        other_clock = ManualClock(EPOCH)
+        clock = ClockWithInterlude(
+            EPOCH, interlude=lambda: manual_runtime(store, there, other_clock)
+        )
+        runner = HeldRunner()
+        runtime = manual_runtime(
+            store,
+            here,
+            clock,
+            runner=runner,
+            coordinator_options=CoordinatorOptions(write_rate=1.0, write_burst=1),
+        )
+        runtime.machines.enqueue_many([request(1), request(2)])
+        runtime.service.shutdown()
+        runtime.coordinator.write_budget.reserve(1, clock.now())  # another batch's write
+
+        (task,) = runner.held
+        task()
+
+        assert there.sent == [("m-1", "m-2")]
+        assert here.sent == []
+        assert len(cloud.calls) == 1
+        assert terminal_outcomes(store) == Counter({"r-1": 1, "r-2": 1})
