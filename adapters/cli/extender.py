@@ -18,10 +18,12 @@ The kube-scheduler calls it as configured in its ``KubeSchedulerConfiguration``:
 
 The scheduler's extender client sends no ``Authorization`` header (its only credentials are
 ``tlsConfig`` client certificates). So either keep the extender on loopback beside the scheduler
-(the default), or require extender tokens (``--extender-token`` /
+(the default), or serve it over TLS (``--tls-cert``/``--tls-key``; ``enableHTTPS: true`` and the
+CA in the scheduler's ``tlsConfig``), or require extender tokens (``--extender-token`` /
 ``FLEETLEDGER_EXTENDER_TOKENS``, never the API's) and put a proxy between them — a sidecar that
 accepts the scheduler's mutual TLS and adds ``Authorization: Bearer <token>``. A listener beyond
-loopback without tokens is refused unless ``--insecure-no-auth`` says so.
+loopback with neither tokens nor TLS is refused unless ``--insecure-no-auth`` says so. Its
+connections are guarded as the API's are (:mod:`fleetledger.adapters.http.listener`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from fleetledger.adapters.cli.options import (
     add_max_body_bytes,
     add_url,
     port_number,
+    seconds,
 )
 from fleetledger.adapters.cli.serve import ExtenderListener, GracefulServers, bind_listener
 from fleetledger.eventstore import open_store
@@ -64,10 +67,17 @@ def register(commands: Subcommands) -> None:
         help="serve without tokens on a non-loopback address (anyone who reaches the port can "
         "reserve slots)",
     )
+    parser.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve over TLS with this PEM certificate (chain), with --tls-key; the scheduler "
+        "then needs enableHTTPS and the CA in its tlsConfig",
+    )
+    parser.add_argument("--tls-key", metavar="FILE", help="the PEM private key of --tls-cert")
     add_max_body_bytes(parser)
     parser.add_argument(
         "--grace-seconds",
-        type=float,
+        type=seconds(at_least=0, at_most=3600),
         default=10.0,
         metavar="SECONDS",
         help="on SIGTERM, how long to finish the calls in flight (default 10); a second SIGTERM "
@@ -78,16 +88,21 @@ def register(commands: Subcommands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fleetledger.adapters.clock import SystemClock
+    from fleetledger.adapters.heap import FrozenStartupHeap
     from fleetledger.adapters.http.limits import checked_max_body_bytes
+    from fleetledger.adapters.switching import ShortThreadSwitches
     from fleetledger.adapters.testbeds.service import TestbedsService
 
     try:
         settings = ExtenderListener.from_options(
-            args.host, args.port, args.extender_token, allow_open=args.insecure_no_auth
+            args.host,
+            args.port,
+            args.extender_token,
+            allow_open=args.insecure_no_auth,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
         )
         max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
-        if args.grace_seconds < 0:
-            raise ValueError(f"--grace-seconds must be >= 0, got {args.grace_seconds}")
     except ValueError as e:
         print(f"fleetledger: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -107,7 +122,20 @@ def run(args: argparse.Namespace) -> int:
                 service, max_body_bytes=max_body_bytes, grace=max(1, int(args.grace_seconds))
             )
             settings.announce(listener)
-            GracefulServers([config]).run([listener])
+            # The reads of start-up (the testbeds' streams) stay out of full collections, whose
+            # pauses (~100 ms about once a second under load) would set the tail; answers wait
+            # on the log's threads, so those get the interpreter back sooner.
+            tuning: list[FrozenStartupHeap | ShortThreadSwitches] = [
+                FrozenStartupHeap(),
+                ShortThreadSwitches(),
+            ]
+            for member in tuning:
+                member.start()
+            try:
+                GracefulServers([config]).run([listener])
+            finally:
+                for member in reversed(tuning):
+                    member.stop()
     finally:
         listener.close()
     return 0

@@ -18,9 +18,14 @@ but the probes needs ``Authorization: Bearer <token>`` (:class:`~fleetledger.ada
 BearerAuth`; ``401`` otherwise); bodies over the limit get ``413`` before they are read
 (:class:`~fleetledger.adapters.http.limits.BodySizeLimit`); a body that is not JSON, not an
 object or not of the v1 shape gets ``422`` whose ``detail[].loc`` names the field at fault and
-whose ``msg`` says why, never echoing the input; ``503`` with ``Retry-After`` while the event log
-is unreachable. A pod without a slot request is not the request's fault: the filter answers it in
-the result's ``Error`` (the scheduler reports it on the pod), the preemption with ``422``.
+whose ``msg`` says why, never echoing the input — bodies are parsed by the edge rule
+(:mod:`fleetledger.adapters.http.edge`: bounded nesting, finite numbers, no lone surrogates) and
+what reaches the log (pod names and UIDs, node and testbed names) is held to Kubernetes' name
+rules (:mod:`.wire`); ``503`` with ``Retry-After`` while the event log is unreachable, and from
+``/readyz`` when reading the log does not finish within its deadline. The listener's connection
+guards and TLS are :mod:`fleetledger.adapters.http.listener`'s. A pod without a slot request is
+not the request's fault: the filter answers it in the result's ``Error`` (the scheduler reports
+it on the pod), the preemption with ``422``.
 
 **Answers come from memory; every new reservation is in the log first.** Each testbed's state
 is its hosted stream's fold (:class:`~fleetledger.adapters.testbeds.TestbedsService`). A
@@ -62,6 +67,7 @@ import structlog
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fleetledger.adapters import runtime
+from fleetledger.adapters.http import edge
 from fleetledger.adapters.http.auth import ApiTokens, BearerAuth, check_exposure
 from fleetledger.adapters.http.lean import read_body
 from fleetledger.adapters.http.limits import (
@@ -69,6 +75,7 @@ from fleetledger.adapters.http.limits import (
     BodySizeLimit,
     checked_max_body_bytes,
 )
+from fleetledger.adapters.http.probes import ProbeTimeout, SingleFlightCheck
 from fleetledger.adapters.testbeds import (
     InvalidTestbedCommand,
     LogContention,
@@ -86,16 +93,18 @@ from fleetledger.domain.testbeds import (
     preempt_pod,
     testbed,
 )
-from fleetledger.eventstore import EventStoreError
+from fleetledger.eventstore import EventStoreError, InvalidEvent
 
 from . import wire
 
 __all__ = [
     "ENV_VARIABLE",
     "MAX_FOLD_AGE_SECONDS",
+    "PUBLIC_PATHS",
     "ExtenderDecider",
     "check_extender_exposure",
     "create_extender_app",
+    "extender_routes",
     "extender_tokens",
 ]
 
@@ -456,6 +465,10 @@ def _raise_translated(error: BaseException) -> None:
         return
     if isinstance(error, InvalidCommand):
         raise InvalidTestbedCommand(error.reason) from error
+    refused = error if isinstance(error, InvalidEvent) else error.__cause__
+    if isinstance(refused, InvalidEvent):
+        # The log refused the value (the request's fault), which is no outage.
+        raise InvalidTestbedCommand(f"the log refuses the reservation: {refused}") from error
     if isinstance(error, runtime.LogUnavailable | EventStoreError):
         raise LogUnavailable(f"the event log is unreachable: {error}") from error
     if isinstance(error, runtime.LogContention):
@@ -488,17 +501,20 @@ def extender_tokens(
         raise ValueError(f"{source}: {e}".replace("API token", "extender token")) from None
 
 
-def check_extender_exposure(host: str, tokens: ApiTokens | None, *, allow_open: bool) -> None:
-    """Refuse (``ValueError``) an extender without tokens beyond loopback unless ``allow_open``:
-    anyone reaching it could reserve every slot."""
+def check_extender_exposure(
+    host: str, tokens: ApiTokens | None, *, allow_open: bool, tls: bool = False
+) -> None:
+    """Refuse (``ValueError``) an extender beyond loopback with neither tokens nor TLS unless
+    ``allow_open``: anyone reaching it in plain text could reserve every slot."""
     try:
-        check_exposure(host, tokens, allow_open=allow_open)
+        check_exposure(host, tokens, allow_open=allow_open or tls)
     except ValueError:
         raise ValueError(
-            f"refusing to serve the extender on {host} without extender tokens: set "
-            f"{ENV_VARIABLE}=<token>[,<token>…] (or --extender-token) and put an authenticating "
-            "proxy in front of it, since the kube-scheduler sends no bearer token; keep it on "
-            "127.0.0.1 beside the scheduler; or pass --insecure-no-auth"
+            f"refusing to serve the extender on {host} with neither extender tokens nor TLS: "
+            f"serve it over TLS (--tls-cert/--tls-key; the scheduler's enableHTTPS), or set "
+            f"{ENV_VARIABLE}=<token>[,<token>…] (or --extender-token) behind an authenticating "
+            "proxy, since the kube-scheduler sends no bearer token; keep it on 127.0.0.1 beside "
+            "the scheduler; or pass --insecure-no-auth"
         ) from None
 
 
@@ -524,8 +540,24 @@ def _unavailable(error: TestbedsError) -> _Refused:
     return _Refused(503, str(error), retry_after=retry)
 
 
+_ROUTES: dict[str, tuple[str, str]] = {
+    "/filter": ("POST", "_filter"),
+    "/preempt": ("POST", "_preempt"),
+    "/healthz": ("GET", "_healthz"),
+    "/readyz": ("GET", "_readyz"),
+}
+"""Each path, the method it takes and the handler serving it."""
+
+
+def extender_routes() -> dict[str, str]:
+    """Each route of the extender and the method it takes (for tools that walk every route)."""
+    return {path: method for path, (method, _) in _ROUTES.items()}
+
+
 _JSON_HEADERS = [(b"content-type", b"application/json")]
-_PUBLIC = frozenset({"/healthz", "/readyz"})
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
+"""The probes: answered without a token."""
+_PUBLIC = PUBLIC_PATHS
 
 
 class _ExtenderApp:
@@ -536,11 +568,11 @@ class _ExtenderApp:
     def __init__(self, decider: ExtenderDecider, service: TestbedsService) -> None:
         self._decider = decider
         self._service = service
+        # Readiness answers within its deadline whatever the database does; one read of the
+        # head at a time, joined by the probes that arrive meanwhile.
+        self._head = SingleFlightCheck(service.store.head, what="reading the log's head")
         self._routes: dict[str, tuple[str, Callable[[bytes], Any]]] = {
-            "/filter": ("POST", self._filter),
-            "/preempt": ("POST", self._preempt),
-            "/healthz": ("GET", self._healthz),
-            "/readyz": ("GET", self._readyz),
+            path: (method, getattr(self, handler)) for path, (method, handler) in _ROUTES.items()
         }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -645,9 +677,10 @@ class _ExtenderApp:
         return {"status": "ok"}
 
     async def _readyz(self, body: bytes) -> object:
-        store = self._service.store
         try:
-            position = await asyncio.get_running_loop().run_in_executor(None, store.head)
+            position = await self._head.run()
+        except ProbeTimeout as e:
+            raise _Refused(503, str(e), retry_after=_LOG_RETRY_SECONDS) from e
         except EventStoreError as e:
             raise _Refused(
                 503, f"the event log is unreachable: {e}", retry_after=_LOG_RETRY_SECONDS
@@ -657,9 +690,9 @@ class _ExtenderApp:
 
 def _json_object(body: bytes) -> Mapping[str, object]:
     try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError as e:
-        raise _invalid((), f"the body is not JSON: {e}", "json_invalid") from e
+        parsed = edge.loads(body)
+    except edge.EdgeError as e:
+        raise _invalid(e.loc, e.reason, e.kind) from e
     if not isinstance(parsed, dict):
         raise _invalid((), "the body must be a JSON object", "model_attributes_type")
     return parsed

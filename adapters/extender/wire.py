@@ -28,6 +28,11 @@ A pod says where it may go in one of two ways (:func:`pod_to_place`):
 Every message is both parsed and encoded, so a fake scheduler can speak to the real extender.
 Nothing here does I/O: bodies are JSON-ready dicts in and out.
 
+What reaches the log (the pod's name, namespace and UID, the candidate nodes' names, the testbed's
+name) is held to the edge rule (:mod:`fleetledger.adapters.http.edge`): Kubernetes names of their
+kind and length, no control character, no lone surrogate. Whatever else the scheduler sends (the
+rest of a node object) is passed back as it came.
+
 Errors::
 
     WireError      a body does not have the extender v1 shape, or a pod lacks its slot request;
@@ -36,10 +41,12 @@ Errors::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from fleetledger.adapters.http import edge
 from fleetledger.domain.testbeds import (
     SEED_SLOT_IDS_LABEL,
     SEED_TESTBED_LABEL,
@@ -195,6 +202,30 @@ def _text(raw: object, loc: Loc) -> str:
     return raw
 
 
+_POD_NAME = re.compile(edge.DNS_SUBDOMAIN_PATTERN)
+_NODE_NAME = _POD_NAME
+_NAMESPACE = re.compile(edge.DNS_LABEL_PATTERN)
+_UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:]*$")
+_MAX_SLOT_IDS = 10_000
+_MAX_SLOT_ID_DIGITS = 7
+"""As the testbeds API: slot ids up to 1,000,000, at most 10,000 of them per pod."""
+
+
+def _name(raw: object, loc: Loc, *, max_length: int, pattern: re.Pattern[str]) -> str:
+    """Text that reaches the log: held to the edge rule (a ``WireError`` naming the field)."""
+    text = _text(raw, loc)
+    if not text and pattern is not _POD_NAME:
+        return text  # namespace and uid may be missing; a pod's name may not
+    try:
+        return edge.check_text(text, loc, max_length=max_length, pattern=pattern)
+    except edge.EdgeError as e:
+        raise WireError(loc, e.reason) from None
+
+
+def _node_name_checked(raw: object, loc: Loc) -> str:
+    return _name(raw, loc, max_length=edge.MAX_DNS_SUBDOMAIN, pattern=_NODE_NAME)
+
+
 def _text_map(raw: object, loc: Loc) -> dict[str, str]:
     if raw is None:
         return {}
@@ -208,9 +239,21 @@ def _parse_pod(raw: object, loc: Loc = ("Pod",)) -> ExtenderPod:
     metadata = _object(_object(raw, loc).get("metadata"), (*loc, "metadata"))
     where = (*loc, "metadata")
     return ExtenderPod(
-        name=_text(metadata.get("name"), (*where, "name")),
-        namespace=_text(metadata.get("namespace", ""), (*where, "namespace")),
-        uid=_text(metadata.get("uid", ""), (*where, "uid")),
+        name=_name(
+            metadata.get("name"),
+            (*where, "name"),
+            max_length=edge.MAX_DNS_SUBDOMAIN,
+            pattern=_POD_NAME,
+        ),
+        namespace=_name(
+            metadata.get("namespace", ""),
+            (*where, "namespace"),
+            max_length=edge.MAX_DNS_LABEL,
+            pattern=_NAMESPACE,
+        ),
+        uid=_name(
+            metadata.get("uid", ""), (*where, "uid"), max_length=edge.MAX_UID_LENGTH, pattern=_UID
+        ),
         annotations=_text_map(metadata.get("annotations"), (*where, "annotations")),
         labels=_text_map(metadata.get("labels"), (*where, "labels")),
     )
@@ -228,10 +271,15 @@ def _encode_pod(pod: ExtenderPod) -> _Json:
 def _node_name(node: Mapping[str, object], loc: Loc) -> str:
     metadata = node.get("metadata")
     # Parsed JSON, as it comes: no location is built unless the node is at fault.
-    if type(metadata) is dict and type(name := metadata.get("name")) is str:
+    if (
+        type(metadata) is dict
+        and type(name := metadata.get("name")) is str
+        and len(name) <= edge.MAX_DNS_SUBDOMAIN
+        and _NODE_NAME.match(name)
+    ):
         return name
     metadata = _object(node.get("metadata"), (*loc, "metadata"))
-    return _text(metadata.get("name"), (*loc, "metadata", "name"))
+    return _node_name_checked(metadata.get("name"), (*loc, "metadata", "name"))
 
 
 def _parse_nodes(raw: object) -> tuple[Mapping[str, object], ...]:
@@ -240,7 +288,7 @@ def _parse_nodes(raw: object) -> tuple[Mapping[str, object], ...]:
 
 
 def _parse_node_names(raw: object, key: str) -> tuple[str, ...]:
-    return tuple(_text(n, (key, i)) for i, n in enumerate(_list(raw, (key,))))
+    return tuple(_node_name_checked(n, (key, i)) for i, n in enumerate(_list(raw, (key,))))
 
 
 def _parse_meta_victims(raw: object, loc: Loc) -> MetaVictims:
@@ -353,7 +401,12 @@ def parse_preempt_args(body: Mapping[str, object]) -> PreemptArgs:
     if meta is not None:
         return PreemptArgs(
             pod,
-            {n: _parse_meta_victims(v, ("NodeNameToMetaVictims", n)) for n, v in meta.items()},
+            {
+                _node_name_checked(n, ("NodeNameToMetaVictims", n)): _parse_meta_victims(
+                    v, ("NodeNameToMetaVictims", n)
+                )
+                for n, v in meta.items()
+            },
         )
     full = _optional_object(body, "NodeNameToVictims")
     if full is None:
@@ -363,7 +416,12 @@ def parse_preempt_args(body: Mapping[str, object]) -> PreemptArgs:
         )
     return PreemptArgs(
         pod,
-        {n: _parse_victims(v, ("NodeNameToVictims", n)) for n, v in full.items()},
+        {
+            _node_name_checked(n, ("NodeNameToVictims", n)): _parse_victims(
+                v, ("NodeNameToVictims", n)
+            )
+            for n, v in full.items()
+        },
         node_cache_capable=False,
     )
 
@@ -438,16 +496,26 @@ def _slot_request(
                 f"pod {pod.namespace}/{pod.name} has {bed_key if key == ids_key else ids_key} "
                 f"but no {key}; both are needed to place it",
             )
+    if len(bed) > edge.MAX_DNS_LABEL or _NAMESPACE.match(bed) is None:
+        raise WireError(
+            ("Pod", "metadata", where, bed_key),
+            f"pod {pod.namespace}/{pod.name}: the testbed's name must be a Kubernetes name "
+            f"(lower-case letters, digits and '-', at most {edge.MAX_DNS_LABEL})",
+        )
     return bed, ids
 
 
 def _slot_ids(pod: ExtenderPod, raw: str, key: str, separator: str) -> tuple[int, ...]:
     where: Loc = ("Pod", "metadata", "labels" if separator == "_" else "annotations", key)
     parts = [part.strip() for part in raw.split(separator)]
-    if not all(part.isascii() and part.isdigit() for part in parts):
+    # Bounded before int(): a slot id of thousands of digits would make int() raise.
+    if len(parts) > _MAX_SLOT_IDS or not all(
+        part.isascii() and part.isdigit() and len(part) <= _MAX_SLOT_ID_DIGITS for part in parts
+    ):
         raise WireError(
             where,
-            f"pod {pod.namespace}/{pod.name}: slot ids must be non-negative integers joined by "
-            f"{separator!r}, got {raw!r}",
+            f"pod {pod.namespace}/{pod.name}: slot ids must be at most {_MAX_SLOT_IDS} "
+            f"non-negative integers of at most {_MAX_SLOT_ID_DIGITS} digits joined by "
+            f"{separator!r}",
         )
     return tuple(int(part) for part in parts)

@@ -34,7 +34,7 @@ import orjson
 from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 
 from fleetledger.adapters.nodes import (
     Grant,
@@ -48,9 +48,17 @@ from fleetledger.adapters.nodes import (
     UnknownPod,
 )
 from fleetledger.domain.nodes import MILLI_PER_CPU
+from fleetledger.eventstore import InvalidEvent
 from fleetledger.projections.dumpstate import dumpstate_at, with_subnets
 from fleetledger.projections.nodes import dump_json
 
+from .edge import (
+    DNS_SUBDOMAIN_PATTERN,
+    MAX_DNS_SUBDOMAIN,
+    STRICT_JSON,
+    FiniteFloat,
+    storable,
+)
 from .lean import LeanRouter
 
 __all__ = [
@@ -66,23 +74,38 @@ FRACTIONAL_CPU_SINCE = 2
 """Agents before this protocol version scale whole CPUs only (their grants round down)."""
 
 
+MAX_CPUS = 100_000
+"""More CPUs than any VM has; bounds the milli-CPUs recorded (a float beyond it would overflow
+the conversion, or reach the log as a number no reader holds)."""
+MAX_MEMORY_SLOTS = 2**31 - 1
+MAX_LOAD_AVERAGE = 1_000_000.0
+MAX_POSITION = 2**63 - 1
+"""Log positions are signed 64-bit integers in both backends."""
+
+
 class AgentMetrics(BaseModel):
     """What an agent reports of its VM's load; the migration queue prefers low load."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
-    load_average_1min: StrictFloat | StrictInt = Field(ge=0)
+    load_average_1min: FiniteFloat = Field(ge=0, le=MAX_LOAD_AVERAGE)
 
 
 class AgentResourcesBody(BaseModel):
-    """An agent's request: the amounts it wants its pod to have."""
+    """An agent's request: the amounts it wants its pod to have. The pod is a Kubernetes pod
+    name (a DNS subdomain); numbers are finite and within :data:`MAX_CPUS`,
+    :data:`MAX_MEMORY_SLOTS` and :data:`MAX_LOAD_AVERAGE` (:mod:`.edge`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT_JSON
 
-    pod: str = Field(min_length=1, max_length=253)
-    protocol_version: StrictInt
-    cpu: StrictFloat | StrictInt = Field(ge=0, description="CPUs, e.g. 0.25 or 2")
-    memory: StrictInt = Field(ge=0, description="memory slots")
+    pod: Annotated[
+        str,
+        BeforeValidator(storable),
+        Field(min_length=1, max_length=MAX_DNS_SUBDOMAIN, pattern=DNS_SUBDOMAIN_PATTERN),
+    ]
+    protocol_version: StrictInt = Field(ge=0, le=2**31 - 1)
+    cpu: FiniteFloat = Field(ge=0, le=MAX_CPUS, description="CPUs, e.g. 0.25 or 2")
+    memory: StrictInt = Field(ge=0, le=MAX_MEMORY_SLOTS, description="memory slots")
     metrics: AgentMetrics | None = None
 
 
@@ -124,7 +147,9 @@ def agents_router(runtime: NodesRuntime) -> APIRouter:
 
     @router.get("/v1/dumpstate")
     def dumpstate(
-        as_of: Annotated[int | None, Query(ge=0, description="a log position")] = None,
+        as_of: Annotated[
+            int | None, Query(ge=0, le=MAX_POSITION, description="a log position")
+        ] = None,
     ) -> Response:
         if as_of is None:
             dump = with_subnets(runtime.store, runtime.dump())
@@ -170,6 +195,9 @@ def _granted(grant: Grant) -> dict[str, object]:
 
 
 def _refused(error: NodesError) -> JSONResponse:
+    if isinstance(error.__cause__, InvalidEvent):
+        # The log refused a value the request carried: its fault, which is no outage.
+        return _error(422, str(error))
     if isinstance(error, InvalidRequest):
         return _error(400, str(error))
     if isinstance(error, UnknownPod):

@@ -10,11 +10,18 @@
                                            or follower) and leader term
 ``GET /readyz``                            readiness: the schema is at head, the read model
                                            has caught up with the log and no leader duty
-                                           keeps failing; role and term
+                                           keeps failing; role and term. Both answer within a
+                                           second whatever the database does (:mod:`.probes`):
+                                           ``503`` saying which check hangs
 =========================================  =====================================================
 
 With API tokens configured (:mod:`.auth`) every route but ``/healthz``, ``/readyz`` and
 ``/metrics`` needs ``Authorization: Bearer <token>``; ``401`` with ``WWW-Authenticate`` otherwise.
+
+What a request may carry is held to the edge rule (:mod:`.edge`) — no control characters or lone
+surrogates in text that reaches the log, finite numbers in range, ids that URLs can read back —
+and a path holding a control character is ``404`` before any route reads it. A value the log
+itself refuses (``InvalidEvent``) is the request's fault: ``422``, never the ``503`` of an outage.
 
 Errors, each with the standard ``{"detail": …}`` body: ``413`` for a body over
 ``max_body_bytes`` (:mod:`.limits`), ``422`` for a body that is not JSON or does not validate
@@ -43,7 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Protocol
 from urllib.parse import quote
@@ -64,12 +71,14 @@ from fleetledger.adapters.machines import (
     RuntimeStopped,
 )
 from fleetledger.domain.errors import InvalidCommand
-from fleetledger.eventstore import EventStoreError, SchemaOutOfDate
+from fleetledger.eventstore import EventStoreError, InvalidEvent, SchemaOutOfDate
 
 from .auth import ApiTokens, BearerAuth, document_bearer_auth
+from .edge import EdgePaths
 from .lean import LeanApp, LeanRouter
 from .limits import DEFAULT_MAX_BODY_BYTES, BodySizeLimit, checked_max_body_bytes
 from .models import AcceptedResponse, MachineRequestBody, MachinesBody, MachineStatusResponse
+from .probes import ProbeTimeout, SingleFlightCheck
 
 __all__ = ["MAX_WAIT_SECONDS", "create_app", "status_url"]
 
@@ -115,12 +124,15 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     routers: Sequence[APIRouter] = (),
     companions: Sequence[Lifecycle] = (),
+    readiness_checks: Sequence[Callable[[], Iterable[str]]] = (),
 ) -> FastAPI:
     """The API over ``runtime``; with ``manage_runtime`` the app starts and stops it.
 
     ``routers`` add the other capabilities' routes (behind the same tokens and limits);
     ``companions`` are their runtimes, started after ``runtime`` and stopped before it (so the
-    machines runtime, which releases the leadership, stops last).
+    machines runtime, which releases the leadership, stops last). ``readiness_checks`` name what
+    else keeps the process from being ready (a companion's stalled duty, a stale cluster cache):
+    each problem they return fails ``/readyz``.
 
     ``api_tokens`` (an :class:`~.auth.ApiTokens` or the tokens themselves) makes every route but
     the probes require one of them; ``None`` leaves the API open, which only a caller that has
@@ -157,6 +169,7 @@ def create_app(
     )
     _install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    app.add_middleware(EdgePaths)
     if tokens is not None:
         app.add_middleware(BearerAuth, tokens=tokens)
         document_bearer_auth(app)
@@ -220,7 +233,7 @@ def create_app(
                 view = projection.get(request_id) or view
         return _JSON(view.to_dict())
 
-    _install_health_routes(app, runtime)
+    _install_health_routes(app, runtime, readiness_checks)
     for router in routers:
         app.include_router(router)
     return app
@@ -240,54 +253,78 @@ def _tokens(api_tokens: ApiTokens | Iterable[str] | None) -> ApiTokens | None:
     return ApiTokens(api_tokens)
 
 
-def _install_health_routes(app: FastAPI, runtime: MachinesRuntime) -> None:
+def _install_health_routes(
+    app: FastAPI, runtime: MachinesRuntime, checks: Sequence[Callable[[], Iterable[str]]]
+) -> None:
     probe_errors: dict[int | str, dict[str, Any]] = {503: {"description": "not live / not ready"}}
+    # Each probe answers within its deadline whatever the database does (see .probes): a check
+    # still running past it is a 503 saying what hangs.
+    liveness = SingleFlightCheck(lambda: _liveness(runtime), what="the liveness check")
+    readiness = SingleFlightCheck(lambda: _readiness(runtime, checks), what="the readiness check")
 
     @app.get("/healthz", responses=probe_errors)
-    def healthz() -> JSONResponse:
+    async def healthz() -> JSONResponse:
         """Liveness: 200 while the runtime runs, 503 otherwise. A stalled duty does not make
         the process dead (restarting it would not unstall a log that refuses its writes), but it
         is listed under ``stalls``; readiness fails on it."""
-        body = {
-            "status": "ok" if runtime.running else "stopped",
-            "role": runtime.role,
-            "term": runtime.term,
-            "grouper": runtime.service.grouper_name,
-            "requests": runtime.projection.counts(),
-            "stalls": runtime.stalls(),
-        }
-        return _JSON(body, status_code=200 if runtime.running else 503)
+        try:
+            body = await liveness.run()
+        except ProbeTimeout as e:
+            return _error(503, str(e), retry_after=1)
+        return _JSON(body, status_code=200 if body["status"] == "ok" else 503)
 
     @app.get("/readyz", responses=probe_errors)
-    def readyz() -> JSONResponse:
+    async def readyz() -> JSONResponse:
         """Readiness: 200 when the schema is at head, the read model has caught up, and no
         leader duty keeps failing (each named under ``problems``)."""
-        problems: list[str] = []
         try:
-            head = runtime.store.head()
-            runtime.store.backend.check_schema()
-        except SchemaOutOfDate as e:
-            problems.append(str(e))
+            body = await readiness.run()
+        except ProbeTimeout as e:
+            return _error(503, str(e), retry_after=1)
         except EventStoreError as e:
             return _error(503, f"the event log is unreachable: {e}", retry_after=_LOG_RETRY_SECONDS)
-        # Readiness is asked rarely: the read model reads up to the head itself here, so the lag
-        # counts only events it has not folded, not other capabilities' events it skips.
-        runtime.projection.catch_up(runtime.store, to_head=True)
-        lag = max(0, head - runtime.projection.position)
-        if lag > _READY_LAG_EVENTS:
-            problems.append(f"read model {lag} events behind the log")
-        if not runtime.running:
-            problems.append("runtime not running")
-        problems.extend(f"duty stalled: {stall}" for stall in runtime.stalls())
-        body = {
-            "status": "ready" if not problems else "not ready",
-            "role": runtime.role,
-            "term": runtime.term,
-            "log_position": head,
-            "read_model_lag": lag,
-            "problems": problems,
-        }
-        return _JSON(body, status_code=200 if not problems else 503)
+        return _JSON(body, status_code=200 if not body["problems"] else 503)
+
+
+def _liveness(runtime: MachinesRuntime) -> dict[str, Any]:
+    return {
+        "status": "ok" if runtime.running else "stopped",
+        "role": runtime.role,
+        "term": runtime.term,
+        "grouper": runtime.service.grouper_name,
+        "requests": runtime.projection.counts(),
+        "stalls": runtime.stalls(),
+    }
+
+
+def _readiness(
+    runtime: MachinesRuntime, checks: Sequence[Callable[[], Iterable[str]]]
+) -> dict[str, Any]:
+    problems: list[str] = []
+    head = runtime.store.head()
+    try:
+        runtime.store.backend.check_schema()
+    except SchemaOutOfDate as e:
+        problems.append(str(e))
+    # Readiness is asked rarely: the read model reads up to the head itself here, so the lag
+    # counts only events it has not folded, not other capabilities' events it skips.
+    runtime.projection.catch_up(runtime.store, to_head=True)
+    lag = max(0, head - runtime.projection.position)
+    if lag > _READY_LAG_EVENTS:
+        problems.append(f"read model {lag} events behind the log")
+    if not runtime.running:
+        problems.append("runtime not running")
+    problems.extend(f"duty stalled: {stall}" for stall in runtime.stalls())
+    for check in checks:
+        problems.extend(check())
+    return {
+        "status": "ready" if not problems else "not ready",
+        "role": runtime.role,
+        "term": runtime.term,
+        "log_position": head,
+        "read_model_lag": lag,
+        "problems": problems,
+    }
 
 
 def _domain_request(index: int, item: MachineRequestBody) -> MachineRequest:
@@ -310,6 +347,12 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(EventStoreError)
     async def unreadable(_: Request, error: EventStoreError) -> JSONResponse:
+        if isinstance(error, InvalidEvent):
+            # The log refused a value the request carried: the request's fault, no outage.
+            detail = [
+                {"loc": ["body"], "msg": f"the log refuses it: {error}", "type": "value_error"}
+            ]
+            return _JSON({"detail": detail}, status_code=422)
         log.error("request failed: event log unreadable", error=str(error))
         return _error(503, f"the event log is unreachable: {error}", retry_after=_LOG_RETRY_SECONDS)
 

@@ -56,8 +56,13 @@ class LeanRoute(APIRoute):
             try:
                 parsed = model.model_validate_json(body)
             except ValidationError as e:
+                # Without the input: a NaN or a lone surrogate sent by the client could not be
+                # encoded back by whichever handler answers the 422.
                 raise RequestValidationError(
-                    [{**error, "loc": ("body", *error["loc"])} for error in e.errors()]
+                    [
+                        {"type": error["type"], "loc": ("body", *error["loc"]), "msg": error["msg"]}
+                        for error in e.errors(include_input=False, include_url=False)
+                    ]
                 ) from e
             response: Response = await endpoint(parsed)
             return response

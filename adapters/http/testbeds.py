@@ -92,7 +92,7 @@ from fleetledger.domain.testbeds import (
     overall_state,
     slots,
 )
-from fleetledger.eventstore import EventStoreError
+from fleetledger.eventstore import EventStoreError, InvalidEvent
 
 from .watch import watch_router
 
@@ -240,7 +240,9 @@ _CREATED: dict[int | str, dict[str, Any]] = {
     200: {"description": "it existed: changed (appended) or a repeat (nothing appended)"},
 }
 
-After = Annotated[int, Query(ge=0, description="a log position: items created after it")]
+After = Annotated[
+    int, Query(ge=0, le=2**63 - 1, description="a log position: items created after it")
+]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE, description="items per page")]
 
 
@@ -475,7 +477,14 @@ def _translated() -> Iterator[None]:
         raise HTTPException(409, {"reason": e.reason, "holder": e.holder}) from e
     except CommandRejected as e:
         raise HTTPException(409, {"reason": e.reason, "holder": None}) from e
-    except (LogUnavailable, EventStoreError) as e:
+    except InvalidEvent as e:
+        # The log refused a value the request carried: its fault, which is no outage.
+        raise _invalid(("body",), f"the log refuses it: {e}") from e
+    except LogUnavailable as e:
+        if isinstance(e.__cause__, InvalidEvent):
+            raise _invalid(("body",), f"the log refuses it: {e.__cause__}") from e
+        raise _unavailable(f"the event log is unreachable: {e}", _LOG_RETRY_SECONDS) from e
+    except EventStoreError as e:
         raise _unavailable(f"the event log is unreachable: {e}", _LOG_RETRY_SECONDS) from e
     except (LogContention, NotLeading) as e:
         raise _unavailable(str(e), 1) from e

@@ -28,9 +28,9 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import BaseModel, Field, StrictBool, StrictInt
 
 from fleetledger.adapters.placement import (
     InvalidWorkload,
@@ -43,25 +43,48 @@ from fleetledger.adapters.placement import (
     WorkloadStatus,
 )
 from fleetledger.domain.placement import WorkloadRequest
+from fleetledger.eventstore import InvalidEvent
+
+from .edge import ID_PATTERN, MAX_ID_LENGTH, MAX_SAFE_INTEGER, STRICT_JSON, Id, LabelValue
 
 __all__ = ["MAX_WAIT_SECONDS", "WorkloadBody", "WorkloadsBody", "workloads_router"]
 
 MAX_WAIT_SECONDS = 30.0
+MAX_CPU_MILLI = 100_000_000
+MAX_GPUS = 1024
+MAX_GPU_TYPES = 16
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
+"""Kubernetes' PriorityClass value range (int32)."""
+
+WorkloadId = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=MAX_ID_LENGTH,
+        pattern=ID_PATTERN,
+        description="the workload's id, as submitted",
+    ),
+]
 
 
 class WorkloadBody(BaseModel):
-    """One workload to place; ``id`` defaults to a fresh one (send your own to retry safely)."""
+    """One workload to place; ``id`` defaults to a fresh one (send your own to retry safely).
 
-    model_config = ConfigDict(extra="forbid")
+    Held to the edge rule (:mod:`.edge`): the id is URL-safe (it is read back by path), the
+    selector and GPU types are Kubernetes label values, numbers are bounded."""
 
-    id: str | None = Field(default=None, min_length=1, max_length=253)
-    cpu_milli: StrictInt = Field(ge=0)
-    memory_bytes: StrictInt = Field(ge=0)
-    gpu: StrictInt = Field(default=0, ge=0)
-    gpu_types: list[str] = Field(default_factory=list, description="preferred first; [] = any")
-    selector: str | None = Field(default=None, min_length=1, description="a pool name")
+    model_config = STRICT_JSON
+
+    id: Id | None = None
+    cpu_milli: StrictInt = Field(ge=0, le=MAX_CPU_MILLI)
+    memory_bytes: StrictInt = Field(ge=0, le=MAX_SAFE_INTEGER)
+    gpu: StrictInt = Field(default=0, ge=0, le=MAX_GPUS)
+    gpu_types: list[LabelValue] = Field(
+        default_factory=list, max_length=MAX_GPU_TYPES, description="preferred first; [] = any"
+    )
+    selector: LabelValue | None = Field(default=None, description="a pool name")
     preemptible: StrictBool = False
-    priority: StrictInt = 0
+    priority: StrictInt = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
 
     def request(self) -> WorkloadRequest:
         return WorkloadRequest(
@@ -79,7 +102,7 @@ class WorkloadBody(BaseModel):
 class WorkloadsBody(BaseModel):
     """Several workloads at once; they join the same batch when it has room."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT_JSON
 
     workloads: list[WorkloadBody] = Field(min_length=1, max_length=10_000)
 
@@ -95,11 +118,14 @@ def workloads_router(runtime: PlacementRuntime) -> APIRouter:
             ids = runtime.submit([item.request() for item in items])
         except PlacementError as e:
             return _refused(e)
+        except InvalidEvent as e:
+            # The log refused a value: the request's fault, which is no outage.
+            return JSONResponse({"detail": f"the log refuses the workload: {e}"}, status_code=422)
         return JSONResponse({"ids": list(ids)}, status_code=202)
 
     @router.get("/v1/workloads/{workload_id}")
     def status(
-        workload_id: str,
+        workload_id: WorkloadId,
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS, description="seconds")] = 0.0,
     ) -> JSONResponse:
         try:
@@ -109,7 +135,7 @@ def workloads_router(runtime: PlacementRuntime) -> APIRouter:
         return JSONResponse(_status(found))
 
     @router.delete("/v1/workloads/{workload_id}")
-    def release(workload_id: str) -> JSONResponse:
+    def release(workload_id: WorkloadId) -> JSONResponse:
         try:
             runtime.release(workload_id)
             return JSONResponse(_status(runtime.status(workload_id)))
@@ -130,6 +156,9 @@ def _status(status: WorkloadStatus) -> dict[str, object]:
 
 
 def _refused(error: PlacementError) -> JSONResponse:
+    if isinstance(error.__cause__, InvalidEvent):
+        # A refused value, whatever the runtime called it: the request's fault, no outage.
+        return JSONResponse({"detail": str(error)}, status_code=422)
     if isinstance(error, InvalidWorkload):
         return JSONResponse({"detail": str(error)}, status_code=400)
     if isinstance(error, UnknownWorkload):

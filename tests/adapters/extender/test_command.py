@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from fleetledger.adapters.cli import extender as command
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.testbeds import TestbedsService
 from fleetledger.eventstore import open_store
+from tests.adapters.http.test_listener import self_signed
 
 TOKEN = "extender-token-0123456789abcdef"
 
@@ -40,15 +42,16 @@ class TestOptions:
         code = main(["extender", "--url", sqlite_url, "--host", "0.0.0.0"])
 
         assert code == EXIT_USAGE
-        assert "without extender tokens" in capsys.readouterr().err
+        assert "neither extender tokens nor TLS" in capsys.readouterr().err
 
     def test_a_bad_body_limit_is_a_usage_error(
         self, sqlite_url: str, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        code = main(["extender", "--url", sqlite_url, "--max-body-bytes", "0"])
+        with pytest.raises(SystemExit) as exited:
+            main(["extender", "--url", sqlite_url, "--max-body-bytes", "0"])
 
-        assert code == EXIT_USAGE
-        assert "max_body_bytes must be a positive number" in capsys.readouterr().err
+        assert exited.value.code == EXIT_USAGE
+        assert "--max-body-bytes" in capsys.readouterr().err
 
     def test_a_taken_port_fails_before_the_log_is_opened(
         self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -127,3 +130,57 @@ class TestRunning:
         assert "no free slot for pod p" in answer.json()["FailedNodes"]["n1"]
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
+
+
+class TestEdgeOptions:
+    def test_a_port_out_of_range_exits_2_in_one_line(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        with pytest.raises(SystemExit) as exited:
+            main(["extender", "--port", "99999"])
+
+        assert exited.value.code == EXIT_USAGE
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+    def test_a_certificate_without_its_key_is_a_usage_error(
+        self, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        cert, _ = self_signed(tmp_path)
+        code = main(["extender", "--url", sqlite_url, "--tls-cert", str(cert)])
+
+        assert code == EXIT_USAGE
+        assert "--tls-cert and --tls-key go together" in capsys.readouterr().err
+
+    def test_over_tls_it_answers_https_beyond_loopback_without_tokens(
+        self, sqlite_url: str, tmp_path: Path
+    ) -> None:
+        """TLS alone lets the extender listen beyond loopback; it answers over HTTPS only."""
+        cert, key = self_signed(tmp_path)
+        port = free_port()
+        log = (tmp_path / "extender.log").open("wb")
+        argv = ["extender", "--url", sqlite_url, "--host", "0.0.0.0", "--port", str(port)]
+        tls = ["--tls-cert", str(cert), "--tls-key", str(key)]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fleetledger", *argv, *tls],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={k: v for k, v in os.environ.items() if k != "FLEETLEDGER_EXTENDER_TOKENS"},
+        )
+        try:
+            url = f"https://localhost:{port}/healthz"
+            trusted = ssl.create_default_context(cafile=str(cert))
+            deadline = time.monotonic() + 60
+            while True:
+                assert process.poll() is None, (tmp_path / "extender.log").read_text()
+                assert time.monotonic() < deadline, "the extender did not answer within 60 s"
+                with contextlib.suppress(httpx.HTTPError):
+                    answer = httpx.get(url, verify=trusted, timeout=2)
+                    break
+                time.sleep(0.1)
+            assert answer.status_code == 200
+            with pytest.raises(httpx.HTTPError):
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        finally:
+            process.kill()
+            process.wait(10)
+            log.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -532,3 +533,96 @@ class TestRacingExtenders:
         other = TestbedsService(w.store, clock=w.clock)
         reserved = testbed.reservation_of(other.testbed(BED).state, "p")
         assert reserved is not None and reserved.slot_id == 2
+
+
+class TestEdgeRule:
+    @pytest.mark.parametrize(
+        ("change", "loc"),
+        [
+            ({"name": "p\x00"}, ["body", "Pod", "metadata", "name"]),
+            ({"name": "p\x1b[2J"}, ["body", "Pod", "metadata", "name"]),
+            ({"uid": "u\x00"}, ["body", "Pod", "metadata", "uid"]),
+            ({"uid": "u\x1b"}, ["body", "Pod", "metadata", "uid"]),
+            ({"name": "x" * 254}, ["body", "Pod", "metadata", "name"]),
+        ],
+    )
+    def test_a_pod_name_or_uid_the_log_must_not_hold_is_422(
+        self, w: World, client: TestClient, change: dict[str, str], loc: list[str]
+    ) -> None:
+        """NUL, ESC or an oversized name never reach a reservation event."""
+        pod = pod_json("p", "u1")
+        pod["metadata"].update(change)
+        head = log_head(w)
+
+        response = client.post("/filter", json={"Pod": pod, "NodeNames": ["n1", "n2"]})
+
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"] == loc
+        assert log_head(w) == head
+
+    def test_a_node_name_with_a_control_character_is_422(
+        self, w: World, client: TestClient
+    ) -> None:
+        head = log_head(w)
+        response = client.post("/filter", json={"Pod": pod_json("p", "u1"), "NodeNames": ["n\x00"]})
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"] == ["body", "NodeNames", 0]
+        assert log_head(w) == head
+
+    @pytest.mark.parametrize(
+        "node",
+        [
+            b'{"metadata": {"name": "n1"}, "status": {"x": NaN}}',
+            b'{"metadata": {"name": "n1"}, "status": {"x": Infinity}}',
+            b'{"metadata": {"name": "n1"}, "status": {"x": "\\ud800"}}',
+            b'{"metadata": {"name": "n1"}, "s": ' + b"[" * 10_000 + b"]" * 10_000 + b"}",
+        ],
+    )
+    def test_what_a_node_object_cannot_carry_back_is_422(
+        self, w: World, client: TestClient, node: bytes
+    ) -> None:
+        """Node objects are passed back as they came: whatever JSON could not carry back is
+        refused up front (it once made the answer a 500)."""
+        pod = json.dumps(pod_json("p", "u1")).encode()
+        body = b'{"Pod": ' + pod + b', "Nodes": {"items": [' + node + b"]}}"
+
+        response = client.post("/filter", content=body)
+
+        assert response.status_code == 422
+
+    def test_a_slot_id_of_thousands_of_digits_is_the_pods_error(self, client: TestClient) -> None:
+        """Answered in the result's Error like any malformed slot request, not a 500."""
+        answer = client.post(
+            "/filter", json={"Pod": pod_json("p", "u1", "9" * 5000), "NodeNames": ["n1"]}
+        )
+        assert answer.status_code == 200
+        assert "slot ids must be" in answer.json()["Error"]
+
+
+class TestReadinessDeadline:
+    def test_readiness_answers_within_a_second_while_the_log_is_locked(
+        self, postgres_store: EventStore
+    ) -> None:
+        """With the events table locked (a hung database), /readyz is a 503 saying so, in time."""
+        w = world(postgres_store)
+        client = TestClient(create_extender_app(w.service))
+        with postgres_store.engine.connect() as locker:
+            locker.exec_driver_sql("BEGIN")
+            locker.exec_driver_sql("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            response = client.get("/readyz")
+            elapsed = time.monotonic() - started
+            locker.exec_driver_sql("ROLLBACK")
+
+        assert response.status_code == 503
+        assert "did not finish within" in response.json()["detail"]
+        assert elapsed < 1.0
+
+
+class TestExposure:
+    def test_beyond_loopback_tls_alone_is_allowed(self) -> None:
+        check_extender_exposure("0.0.0.0", None, allow_open=False, tls=True)
+
+    def test_beyond_loopback_neither_tokens_nor_tls_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="neither extender tokens nor TLS"):
+            check_extender_exposure("0.0.0.0", None, allow_open=False, tls=False)

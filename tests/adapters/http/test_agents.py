@@ -139,3 +139,44 @@ class TestDumpstateCommand:
         assert {"position", "config", "nodes", "migration_queue", "subnets"} <= set(
             json.loads(printed)
         )
+
+
+class TestEdgeRule:
+    @pytest.mark.parametrize(
+        ("fields", "field"),
+        [
+            ('"cpu": Infinity', "cpu"),
+            ('"cpu": 1e308', "cpu"),
+            ('"cpu": NaN', "cpu"),
+            ('"cpu": 2, "metrics": {"load_average_1min": Infinity}', "load_average_1min"),
+            ('"cpu": 2, "metrics": {"load_average_1min": 1e300}', "load_average_1min"),
+            ('"cpu": 2, "memory": 18446744073709551616', "memory"),
+        ],
+    )
+    def test_numbers_out_of_range_are_422_naming_the_field(
+        self, client: TestClient, store: EventStore, fields: str, field: str
+    ) -> None:
+        """Non-finite or huge amounts are the request's fault: 422 at the field, nothing
+        appended (they once overflowed into a 500, or an unencodable event into a 503)."""
+        head = store.head()
+        body = '{"pod": "vm", "protocol_version": 3, "memory": 3, ' + fields + "}"
+        body = body.replace('"memory": 3, "cpu": 2, "memory"', '"cpu": 2, "memory"')
+
+        response = client.post(
+            "/v1/agent/resources", content=body, headers={"content-type": "application/json"}
+        )
+
+        assert response.status_code == 422
+        assert field in [str(part) for error in response.json()["detail"] for part in error["loc"]]
+        assert store.head() == head
+
+    @pytest.mark.parametrize("pod", ["vm\x00", "vm\x1b", "VM/1", "x" * 254])
+    def test_a_pod_name_that_is_no_kubernetes_name_is_422(
+        self, client: TestClient, pod: str
+    ) -> None:
+        response = client.post(
+            "/v1/agent/resources",
+            json={"pod": pod, "protocol_version": 3, "cpu": 1, "memory": 1},
+        )
+        assert response.status_code == 422
+        assert response.json()["detail"][0]["loc"][-1] == "pod"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 
 import pytest
@@ -20,7 +21,9 @@ EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 @contextlib.contextmanager
-def serving(url: str, *, elected: bool) -> Iterator[TestClient]:
+def serving(
+    url: str, *, elected: bool, readiness_checks: Sequence[Callable[[], list[str]]] = ()
+) -> Iterator[TestClient]:
     with contextlib.closing(open_store(url)) as store:
         board: dict[str, str] = {} if elected else {"leader": "someone-else"}
         clock = ManualClock(EPOCH)
@@ -28,7 +31,8 @@ def serving(url: str, *, elected: bool) -> Iterator[TestClient]:
         runtime = MachinesRuntime(
             store, FakeCloud(), clock=clock, threads=False, leadership=leadership
         )
-        with TestClient(create_app(runtime, manage_runtime=True)) as client:
+        app = create_app(runtime, manage_runtime=True, readiness_checks=readiness_checks)
+        with TestClient(app) as client:
             yield client
 
 
@@ -50,6 +54,21 @@ class TestHealth:
 
 
 class TestReadiness:
+    def test_a_problem_another_check_names_makes_it_not_ready(self, sqlite_url: str) -> None:
+        """A companion's check (a stale cluster cache, a stalled duty) fails readiness with its
+        words, and readiness returns once the check is satisfied."""
+        problems = ["the Pod cache is stale: nothing from the API server for 200 s"]
+        with serving(sqlite_url, elected=True, readiness_checks=[lambda: list(problems)]) as client:
+            stale = client.get("/readyz")
+            problems.clear()
+            fresh = client.get("/readyz")
+
+        assert stale.status_code == 503
+        assert stale.json()["problems"] == [
+            "the Pod cache is stale: nothing from the API server for 200 s"
+        ]
+        assert fresh.status_code == 200
+
     def test_ready_when_the_read_model_has_caught_up(self, sqlite_url: str) -> None:
         """Schema at head and the read model at the log's head: 200, with role and term."""
         with serving(sqlite_url, elected=True) as client:
@@ -79,3 +98,30 @@ class TestReadiness:
 
         assert answer.status_code == 503
         assert "fleetledger db upgrade" in " ".join(answer.json()["problems"])
+
+
+class TestDeadlines:
+    def test_both_probes_answer_within_a_second_while_the_log_is_locked(
+        self, postgres_url: str
+    ) -> None:
+        """With the events table locked (a hung database), readiness is a 503 saying the check
+        did not finish, and liveness still answers, each within a second."""
+        with (
+            serving(postgres_url, elected=True) as client,
+            contextlib.closing(open_store(postgres_url)) as other,
+            other.engine.connect() as locker,
+        ):
+            locker.exec_driver_sql("BEGIN")
+            locker.exec_driver_sql("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            ready = client.get("/readyz")
+            ready_seconds = time.monotonic() - started
+            started = time.monotonic()
+            live = client.get("/healthz")
+            live_seconds = time.monotonic() - started
+            locker.exec_driver_sql("ROLLBACK")
+
+        assert ready.status_code == 503
+        assert "did not finish within" in ready.json()["detail"]
+        assert ready_seconds < 1.0 and live_seconds < 1.0
+        assert live.status_code == 200

@@ -137,16 +137,21 @@ class TestRefusedOptions:
             (["--extender-host", "127.0.0.1"], "give --extender-port too"),
             (["--extender-token", EXTENDER_TOKEN], "give --extender-port too"),
             (["--port", "8090", "--extender-port", "8090"], "needs a port of its own"),
-            (["--extender-port", "8091", "--extender-host", "0.0.0.0"], "without extender tokens"),
+            (["--extender-port", "8091", "--extender-host", "0.0.0.0"], "neither extender tokens"),
+            (["--extender-tls-cert", "c.pem", "--extender-tls-key", "k.pem"], "--extender-port"),
+            (
+                ["--extender-port", "8091", "--extender-tls-cert", "c.pem"],
+                "--extender-tls-cert and --extender-tls-key go together",
+            ),
             (["--extender-port", "8091", "--extender-token", "short"], "extender token 1 is 5"),
             (["--testbeds-namespace", "Not_A_Namespace"], "--testbeds-namespace must be"),
-            (["--max-concurrent-batches", "0"], "must be a whole number >= 1"),
-            (["--write-rate", "-1"], "write_rate must be a number of writes per second > 0"),
-            (["--write-burst", "0"], "must be a whole number >= 1"),
-            (["--ipam-max-ips", "300"], "max_ips must be an integer between 1 and 250"),
-            (["--ipam-x-ssf", "1.5"], "x_ssf (the subnet safety factor) must be"),
-            (["--ipam-x-nsf", "0.5"], "x_nsf must be at least 1"),
-            (["--placement-search-steps", "-1"], "search_steps must be a non-negative"),
+            (["--max-concurrent-batches", "0"], "--max-concurrent-batches"),
+            (["--write-rate", "-1"], "--write-rate"),
+            (["--write-burst", "0"], "--write-burst"),
+            (["--ipam-max-ips", "300"], "--ipam-max-ips"),
+            (["--ipam-x-ssf", "1.5"], "--ipam-x-ssf"),
+            (["--ipam-x-nsf", "0.5"], "--ipam-x-nsf"),
+            (["--placement-search-steps", "-1"], "--placement-search-steps"),
             (["--pool", "a=Standard_D4s_v5:4000:16:wide"], "[:binpack|spread]"),
         ],
     )
@@ -163,7 +168,10 @@ class TestRefusedOptions:
         opened: list[Any] = []
         monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
 
-        code = main(["serve", "--url", sqlite_url, *options])
+        try:
+            code = main(["serve", "--url", sqlite_url, *options])
+        except SystemExit as exited:  # refused by the parser itself, in one line
+            code = exited.code  # type: ignore[assignment]
 
         assert code == EXIT_USAGE
         assert message in capsys.readouterr().err

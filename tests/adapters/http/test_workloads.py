@@ -111,8 +111,45 @@ class TestWorkloads:
         assert "w1 was already submitted with a different request" in response.json()["detail"]
         assert store.head() == head
 
-    def test_an_id_too_long_for_the_log_is_400(self, client: TestClient) -> None:
-        """An id whose stream name the log cannot hold is refused before anything is queued."""
+    def test_an_id_too_long_for_the_log_is_422(self, client: TestClient, store: EventStore) -> None:
+        """An id whose stream name the log could not hold is refused at the edge, naming it."""
+        head = store.head()
         response = client.post("/v1/workloads", json=_one(id="x" * 253))
-        assert response.status_code == 400
-        assert "stream" in response.json()["detail"]
+        assert response.status_code == 422
+        assert any(error["loc"][-1] == "id" for error in response.json()["detail"])
+        assert store.head() == head
+
+
+class TestEdgeRule:
+    @pytest.mark.parametrize(
+        ("fields", "loc"),
+        [
+            ({"selector": "general\x00"}, ["selector"]),
+            ({"selector": "general\x1b[31m"}, ["selector"]),
+            ({"gpu_types": ["a100\x00"]}, ["gpu_types", 0]),
+            ({"gpu_types": ["a100\x1b"]}, ["gpu_types", 0]),
+            ({"id": "a/b"}, ["id"]),
+            ({"id": "a?b"}, ["id"]),
+            ({"priority": 2**40}, ["priority"]),
+        ],
+    )
+    def test_what_the_log_or_a_url_cannot_hold_is_422(
+        self, client: TestClient, store: EventStore, fields: dict[str, object], loc: list[object]
+    ) -> None:
+        """Control characters in a selector or GPU type, ids that no URL can read back and
+        numbers out of range are refused at the field, before anything is appended (a NUL once
+        reached Postgres and came back as a 503; an id with / was accepted and then unreadable)."""
+        head = store.head()
+
+        response = client.post("/v1/workloads", json=_one(**fields))
+
+        assert response.status_code == 422
+        assert any(error["loc"][-len(loc) :] == loc for error in response.json()["detail"])
+        assert store.head() == head
+
+    @pytest.mark.parametrize("path", ["a%00b", "a%1Bb", "x" * 200])
+    def test_an_id_no_workload_can_have_is_refused_when_read(
+        self, client: TestClient, path: str
+    ) -> None:
+        assert client.get(f"/v1/workloads/{path}").status_code == 422
+        assert client.delete(f"/v1/workloads/{path}").status_code == 422
