@@ -26,7 +26,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from fleetledger.eventstore._chain import now_micros
 from fleetledger.eventstore._encoding import PreparedAppend
-from fleetledger.eventstore._engine import SQLITE_IMMEDIATE, is_sqlite, libpq_conninfo, make_engine
+from fleetledger.eventstore._engine import (
+    SQLITE_IMMEDIATE,
+    is_sqlite,
+    libpq_conninfo,
+    make_engine,
+    timeout_error,
+)
 from fleetledger.eventstore._planner import AppendOutcome
 from fleetledger.eventstore._postgres_append import NOTIFY_CHANNEL, PostgresAppender
 from fleetledger.eventstore._postgres_read import PostgresReader
@@ -36,6 +42,7 @@ from fleetledger.eventstore._types import RecordedEvent, Snapshot
 from fleetledger.eventstore._wakeups import Notifier
 from fleetledger.eventstore.errors import (
     EventStoreError,
+    InvalidEvent,
     SchemaOutOfDate,
     StoreUnavailable,
 )
@@ -438,6 +445,15 @@ class SqlBackend:
         """The store's error for a driver error while ``doing``; None to let ``error`` through."""
         if isinstance(error, EventStoreError):
             return None
+        timed_out = timeout_error(error, doing=doing, where=self.url_for_humans)
+        if timed_out is not None:
+            return timed_out
+        if isinstance(error, (sa.exc.DataError, psycopg.DataError)):
+            # The database refused a value (a NUL in text, a number out of range): the append's
+            # fault, not an outage, and nothing of it was written.
+            return InvalidEvent(
+                f"{self.url_for_humans} refused a value to {doing} it: {_first_line(error)}"
+            )
         if isinstance(
             error,
             (

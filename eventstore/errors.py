@@ -9,8 +9,12 @@ Exception tree::
      ├── Fenced                      the append carries a leader term older than the latest
      │                               recorded one: its writer was deposed and must stop leading
      ├── StoreUnavailable            the database could not be reached or the connection broke;
-     │                               retriable: re-send the same event ids and the append is
-     │                               idempotent, so nothing is written twice
+     │    │                          retriable: re-send the same event ids and the append is
+     │    │                          idempotent, so nothing is written twice
+     │    └── StoreTimeout           the database did not answer within one of the session's
+     │                               limits (``limit``: connect_timeout, statement_timeout,
+     │                               pool_timeout); retriable alike, and says which to raise if
+     │                               the database is only slow
      ├── SchemaOutOfDate             the database schema is not at the revision this code needs
      ├── CorruptLog                  the hash chain does not verify
      └── SubscriptionFailed          a subscription handler raised; the checkpoint stays before it
@@ -28,6 +32,7 @@ __all__ = [
     "Fenced",
     "InvalidEvent",
     "SchemaOutOfDate",
+    "StoreTimeout",
     "StoreUnavailable",
     "SubscriptionFailed",
     "WrongExpectedVersion",
@@ -88,6 +93,16 @@ class Fenced(EventStoreError):
 
 class StoreUnavailable(EventStoreError):
     """Raised when the database cannot be reached; safe to retry with the same event ids."""
+
+
+class StoreTimeout(StoreUnavailable):
+    """Raised when the database did not answer within ``limit`` (``"connect_timeout"``,
+    ``"statement_timeout"`` or ``"pool_timeout"``): a statement cut short wrote nothing, so
+    retrying with the same event ids is as safe as after any ``StoreUnavailable``."""
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class SchemaOutOfDate(EventStoreError):

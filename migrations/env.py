@@ -21,7 +21,9 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    engine = make_engine(config.get_main_option("sqlalchemy.url") or "")
+    # No statement timeout: an index built over a long log, or waiting on another upgrade's
+    # advisory lock, may rightly take longer than any request-path limit.
+    engine = make_engine(config.get_main_option("sqlalchemy.url") or "", statement_timeout=None)
     try:
         with engine.connect() as conn:
             if conn.dialect.name == "postgresql":

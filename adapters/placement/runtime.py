@@ -16,18 +16,25 @@ deposed leader's appends are refused, and placements are recorded on the workloa
 (``record_placements``, on unless told otherwise), so two controllers never place one workload
 twice. ``threads=False`` wires the same without a thread: tests and the simulator call
 :meth:`step`.
+
+A batch that fails goes back to the queue and is tried again, so a failure that never goes away
+(a log that refuses every append) would show only as a log line per retry: once batches have
+failed ``stall_failures`` times in a row, or for ``stall_seconds``, :meth:`stalls` names it, for
+readiness to report, until a batch succeeds.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.nodes.port import NodeStreams
-from fleetledger.adapters.runtime import NoFencing, RetryPolicy, Writer
+from fleetledger.adapters.runtime import DutyFencing, NoFencing, RetryPolicy, Writer
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.domain.placement import (
     DEFAULT_SEARCH_STEPS,
@@ -45,6 +52,18 @@ from .service import BatchReport, MachineRequester, PlacementService, WorkloadSt
 __all__ = ["PlacementRuntime"]
 
 log = structlog.get_logger(__name__)
+
+_MAX_ERROR_LENGTH = 500
+"""A stall's error as reported: enough to name the cause, not a whole traceback's worth."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Failing:
+    """Batches failing since ``since``: ``failures`` in a row, the last with ``error``."""
+
+    failures: int
+    since: datetime
+    error: str
 
 
 class PlacementRuntime:
@@ -68,9 +87,15 @@ class PlacementRuntime:
         join_poll_seconds: float = 0.5,
         record_placements: bool | None = None,
         search_steps: int = DEFAULT_SEARCH_STEPS,
+        stall_failures: int = 3,
+        stall_seconds: float = 30.0,
     ) -> None:
         if join_poll_seconds <= 0:
             raise ValueError(f"join_poll_seconds must be positive, got {join_poll_seconds}")
+        if type(stall_failures) is not int or stall_failures < 1:
+            raise ValueError(f"stall_failures must be a positive integer, got {stall_failures!r}")
+        if not stall_seconds > 0:
+            raise ValueError(f"stall_seconds must be a positive number, got {stall_seconds!r}")
         if record_placements is None:
             # Several controllers share the log when there is a leadership: each may recover
             # the same workloads, so placements are guarded on the workloads' own streams.
@@ -80,7 +105,7 @@ class PlacementRuntime:
         writer = Writer(
             actor=actor,
             labels=(("capability", "placement"),),
-            fencing=leadership if leadership is not None else NoFencing(),
+            fencing=DutyFencing(leadership) if leadership is not None else NoFencing(),
         )
         self.service = PlacementService(
             store,
@@ -102,6 +127,9 @@ class PlacementRuntime:
         self._recovered = False
         self._thread: threading.Thread | None = None
         self.reports: list[BatchReport] = []
+        self._stall_failures = stall_failures
+        self._stall_age = timedelta(seconds=stall_seconds)
+        self._failing: _Failing | None = None
 
     @property
     def running(self) -> bool:
@@ -190,11 +218,46 @@ class PlacementRuntime:
                 return reports
             reports.append(self._batch(batch))
 
+    def stalls(self) -> list[str]:
+        """The batching duty, described, while batches keep failing (see the module docstring);
+        empty while they succeed."""
+        failing = self._failing
+        if failing is None:
+            return []
+        if failing.failures < self._stall_failures and (
+            self.clock.now() - failing.since < self._stall_age
+        ):
+            return []
+        return [
+            f"placement batches failed {failing.failures} time(s) in a row since "
+            f"{failing.since.isoformat()}: {failing.error}"
+        ]
+
     def _batch(self, batch: list[WorkloadRequest]) -> BatchReport:
-        report = self.service.place_batch(batch)
+        try:
+            report = self.service.place_batch(batch)
+        except RuntimeStopped:
+            raise  # deposed: the batches are the new leader's now, not a stall of this one
+        except Exception as e:
+            self._failed(e)
+            raise
+        self._failing = None
         self.reports.append(report)
         del self.reports[:-1000]
         return report
+
+    def _failed(self, error: Exception) -> None:
+        # Only the batch thread (or the caller of step) writes this; readers take one snapshot.
+        text = f"{type(error).__name__}: {error}"[:_MAX_ERROR_LENGTH]
+        before = self._failing
+        self._failing = (
+            _Failing(1, self.clock.now(), text)
+            if before is None
+            else _Failing(before.failures + 1, before.since, text)
+        )
+        if self._failing.failures == self._stall_failures:
+            # Once per stall: the batch loop logs every retry.
+            log.error("placement batches keep failing; readiness reports it", error=text)
 
     def _loop(self) -> None:
         while self._running:

@@ -31,7 +31,10 @@ Nothing acknowledged lives only in memory. Every workload has a ``workload-<id>`
   reservations (step 3), one event per affected workload stream beside one per touched node,
   with expected versions. If that append fails for good, nothing of the batch is answered:
   every workload of it goes back to the queue and the book of pending workers is as it was
-  before the batch;
+  before the batch. If the log refuses it for a value it holds (an event over its size limit,
+  text it cannot store: :mod:`.refusals`), sending it again would fail for ever, so the batch is
+  placed in halves instead, split again while refused: the workload the value belongs to, once
+  alone, is rejected with a short reason naming the refusal, and the others are placed;
 * a placement is the node's reservation (the pod is the workload id). With
   ``record_placements`` it is also a ``WorkloadPlaced`` on the workload's stream in that same
   append: a second process that recovered the same workload and places it too then conflicts
@@ -96,13 +99,14 @@ from fleetledger.domain.placement import (
 from fleetledger.eventstore import (
     AppendResult,
     EventStore,
+    EventStoreError,
     Fenced,
-    InvalidEvent,
     StoreUnavailable,
     StreamAppend,
     WrongExpectedVersion,
 )
 
+from . import refusals
 from .capacity import reservation, worker_of
 from .commit import NodeBatch, node_append, node_appends
 from .errors import (
@@ -334,9 +338,14 @@ class PlacementService:
             except WrongExpectedVersion as e:
                 self._reload(e)
                 continue
-            except InvalidEvent as e:
+            except EventStoreError as e:
+                if not refusals.refused_by_log(e):
+                    raise
                 raise InvalidWorkload(
-                    f"a workload id cannot name its stream in the log: {e}"
+                    f"the event log cannot store these workloads ({refusals.describe(e)}); "
+                    "nothing was recorded: fix the field it names (an id too long to name a "
+                    "stream, a value too large or holding text the log cannot store) and send "
+                    "them again"
                 ) from e
             fresh = []
             with self._lock:
@@ -585,7 +594,12 @@ class PlacementService:
         with self._batch_lock:
             return self._place(list(requests))
 
-    def _place(self, requests: list[WorkloadRequest]) -> BatchReport:
+    def _place(
+        self, requests: list[WorkloadRequest], *, joined: bool = True, last_try: bool = False
+    ) -> BatchReport:
+        """Plan and commit ``requests`` (with the workloads waiting for joined workers unless
+        ``joined`` is false: a part of a split batch brings its own). A batch the log refuses
+        for a value it holds is split (see :meth:`_split`)."""
         at = self._clock.now()
         with self._lock:
             # Released after the batch thread took it from the backlog: nothing to place.
@@ -599,11 +613,17 @@ class PlacementService:
             any_pending = bool(self._waiting)
         if not requests:
             return BatchReport()
-        joined = self.joined_waiting() if any_pending else []
+        waiting = self.joined_waiting() if joined and any_pending else []
         ids = {r.id for r in requests}
-        batch = [r for r in joined if r.id not in ids] + requests
-        snapshot, bases = self.snapshot()
-        first = plan(batch, snapshot, self._pools, search_steps=self._search_steps)
+        batch = [r for r in waiting if r.id not in ids] + requests
+        try:
+            snapshot, bases = self.snapshot()
+            first = plan(batch, snapshot, self._pools, search_steps=self._search_steps)
+        except BaseException:
+            # Nothing is decided yet; the batch goes back to the queue rather than out of it
+            # unanswered (the joined workloads wait in the book still).
+            self._requeue(requests)
+            raise
         with self._lock:
             run = _Run(at=at, by_id={r.id: r for r in batch}, result=first, book=self._waiting)
             self._waiting = self._waiting.copy()
@@ -614,24 +634,21 @@ class PlacementService:
             # this batch's outcomes now, and its capacity is in the snapshot like any node's.
             self._waiting.drop(w.name for w in snapshot.workers)
             self._waiting.record(first, self._requests)
-        while True:
-            outcomes = self._outcome_appends(run)  # first: it may take placements out
-            appends = node_appends(run.touched, self._writer) + outcomes
-            if not appends:
-                break
-            try:
-                run.appends += 1
-                results = self._append(appends)
-                run.last_position = results[-1].last_position
-                break
-            except WrongExpectedVersion as e:
-                if node_of_stream(e.stream_id) is not None:
-                    self._replan(run, node_of_stream(e.stream_id) or "")
-                else:
-                    self._outcome_conflict(run, e)
-            except PlacementError as e:
+        try:
+            self._commit(run)
+        except EventStoreError as e:
+            if not refusals.refused_by_log(e):
                 self._abandon(run)
-                raise type(e)(f"{e}; the batch's workloads were put back in the queue") from e
+                raise
+            return self._split(run, batch, e, last_try=last_try)
+        except PlacementError as e:
+            self._abandon(run)
+            raise type(e)(f"{e}; the batch's workloads were put back in the queue") from e
+        except BaseException:
+            # Whatever failed, nothing of the batch is in the log: an acknowledged workload
+            # must never leave the queue unanswered.
+            self._abandon(run)
+            raise
         self._committed(run.touched, run.placed)
         self._recorded(run.recorded)
         self._answered_elsewhere(run.dropped)
@@ -653,6 +670,121 @@ class PlacementService:
             last_position=run.last_position,
             optimality_gap=run.result.optimality_gap,
         )
+
+    def _commit(self, run: _Run) -> None:
+        """Append the batch's reservations and outcomes, planned again on conflicts."""
+        while True:
+            outcomes = self._outcome_appends(run)  # first: it may take placements out
+            appends = node_appends(run.touched, self._writer) + outcomes
+            if not appends:
+                return
+            try:
+                run.appends += 1
+                results = self._append(appends)
+                run.last_position = results[-1].last_position
+                return
+            except WrongExpectedVersion as e:
+                if node_of_stream(e.stream_id) is not None:
+                    self._replan(run, node_of_stream(e.stream_id) or "")
+                else:
+                    self._outcome_conflict(run, e)
+
+    def _split(
+        self, run: _Run, batch: list[WorkloadRequest], error: EventStoreError, *, last_try: bool
+    ) -> BatchReport:
+        """The log refused the batch's append for a value it holds (see :mod:`.refusals`):
+        nothing of it was written. Its halves are placed in turn, each split again while
+        refused, so the workloads planned beside the offending value are placed and the
+        workload it belongs to, once alone, is rejected with the reason."""
+        with self._lock:
+            self._waiting = run.book
+        if len(batch) == 1:
+            # A database refusal may have been another writer's value sharing the store's group
+            # commit: a workload is rejected only once its append was refused with it alone.
+            if last_try or refusals.decided_before_sending(error):
+                return self._refuse(batch[0], error)
+            return self._place(batch, joined=False, last_try=True)
+        log.warning(
+            "the event log refused a batch's append; placing it in halves",
+            workloads=len(batch),
+            error=refusals.describe(error),
+        )
+        middle = len(batch) // 2
+        halves = (batch[:middle], batch[middle:])
+        reports = []
+        for index, half in enumerate(halves):
+            try:
+                reports.append(self._place(half, joined=False))
+            except BaseException:
+                for later in halves[index + 1 :]:
+                    self._requeue(later)
+                raise
+        return _summed(reports, appends=run.appends, reads=run.reads)
+
+    def _refuse(self, request: WorkloadRequest, error: EventStoreError) -> BatchReport:
+        """Reject ``request``, whose outcome the log refused to record even alone, with a
+        reason it can store (the value it refused is never quoted). Should the log refuse
+        that too, the fault is not the workload's: it goes back to the queue."""
+        rid = request.id
+        reason = refusals.reason(rid, error)
+        log.error(
+            "the event log refuses a workload's outcome; it is rejected",
+            workload=rid[:64],
+            error=refusals.describe(error),
+        )
+        for attempt in range(1, self._retry.conflict_attempts + 1):
+            with self._lock:
+                version, known = self._ledger.get(rid)
+                events, state = (
+                    ([], known)
+                    if known.phase == "new"
+                    else self._ledger.decide(rid, [RecordRejection(rid, reason, self._clock.now())])
+                )
+            if known.phase == "new" or not events:
+                # Never submitted (nothing in the log to answer), or answered meanwhile by
+                # another process (placed or released): the log's answer stands.
+                self._rejected_in_memory(request, reason, answered=known.phase != "new")
+                return BatchReport(requests=1, rejected=int(known.phase == "new"))
+            term = self._writer.fencing.term()
+            append = self._ledger.append_for(
+                rid, events, writer=self._writer, cause=f"refused:{rid}", term=term
+            )
+            try:
+                self._append([append])
+            except WrongExpectedVersion as e:
+                self._reload(e)
+                continue
+            except BaseException as e:
+                self._requeue([request])
+                if isinstance(e, EventStoreError):
+                    raise PlacementError(
+                        f"the event log refuses even a short rejection of workload "
+                        f"{rid[:64]} ({refusals.describe(e)}); it stays queued"
+                    ) from e
+                raise
+            self._recorded({rid: (version + len(events), state)})
+            self._rejected_in_memory(request, reason, answered=False)
+            return BatchReport(requests=1, rejected=1, appends=attempt)
+        self._requeue([request])
+        raise LogUnavailable(f"workload {rid[:64]}'s stream kept changing while it was rejected")
+
+    def _rejected_in_memory(self, request: WorkloadRequest, reason: str, *, answered: bool) -> None:
+        """``request`` is answered: rejected with ``reason``, or (``answered``) as its stream
+        in the log says."""
+        with self._lock:
+            known = self._ledger.state(request.id)
+            if not answered:
+                status = WorkloadStatus(request.id, "rejected", reason=reason)
+            elif known.phase == "placed":
+                status = WorkloadStatus(request.id, "placed", node=known.node)
+            elif known.phase == "rejected":
+                status = WorkloadStatus(request.id, "rejected", reason=known.reason)
+            else:
+                status = WorkloadStatus(request.id, "released")
+            self._statuses[request.id] = status
+            self._requests.pop(request.id, None)
+            self._waiting.unwait(request)
+            self._lock.notify_all()
 
     def _planned(self, run: _Run, result: PlacementPlan, pending: Iterable[PendingWorker]) -> None:
         """Note the workers ``result`` sends workloads to, and the new ones to request."""
@@ -872,6 +1004,24 @@ def _unique(requests: Sequence[WorkloadRequest]) -> list[WorkloadRequest]:
                 f"workload {request.id} is given twice with different requests; send one"
             )
     return list(seen.values())
+
+
+def _summed(reports: Sequence[BatchReport], *, appends: int, reads: int) -> BatchReport:
+    """The reports of a split batch's parts as one, with the refused whole's own cost."""
+    positions = [r.last_position for r in reports if r.last_position is not None]
+    return BatchReport(
+        requests=sum(r.requests for r in reports),
+        placed=sum(r.placed for r in reports),
+        waiting=sum(r.waiting for r in reports),
+        rejected=sum(r.rejected for r in reports),
+        requeued=sum(r.requeued for r in reports),
+        workers_requested=tuple(w for r in reports for w in r.workers_requested),
+        snapshot_reads=reads + sum(r.snapshot_reads for r in reports),
+        appends=appends + sum(r.appends for r in reports),
+        conflicts=sum(r.conflicts for r in reports),
+        last_position=max(positions) if positions else None,
+        optimality_gap=sum(r.optimality_gap for r in reports),
+    )
 
 
 def _merged(first: PlacementPlan, again: PlacementPlan) -> PlacementPlan:

@@ -103,10 +103,27 @@ def never_fits(request: WorkloadRequest, pools: Sequence[Pool]) -> str | None:
 
 
 def _wants(request: WorkloadRequest) -> str:
-    parts = [f"selector {request.selector}" if request.selector else "no selector"]
+    parts = [f"selector {_shown(request.selector)}" if request.selector else "no selector"]
     if request.gpu:
-        parts.append(f"GPU types {', '.join(request.gpu_types) or 'any'}")
+        parts.append(f"GPU types {_shown(', '.join(request.gpu_types)) or 'any'}")
     else:
         parts.append("no GPU")
     parts.append("preemptible" if request.preemptible else "not preemptible")
     return ", ".join(parts)
+
+
+_SHOWN_CHARACTERS = 64
+"""How much of a client's text a reason quotes. A rejection is recorded in the log: quoting a
+megabyte-long selector whole would make an event the log refuses, and no reader needs more than
+its start to recognise it."""
+
+
+def _shown(text: str) -> str:
+    """``text`` as a reason quotes it: as given when short and printable, else its start (with
+    control characters escaped) and its length."""
+    if len(text) <= _SHOWN_CHARACTERS and text.isprintable():
+        return text
+    start = repr(text[:_SHOWN_CHARACTERS])
+    if len(text) <= _SHOWN_CHARACTERS:
+        return start
+    return f"{start}... ({len(text)} characters)"

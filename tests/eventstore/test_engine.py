@@ -80,8 +80,9 @@ class TestLibpqConninfo:
             "port": "5433",
             "user": "app",
             "dbname": "log",
-            "options": "-c TimeZone=UTC",
+            "options": "-c TimeZone=UTC -c statement_timeout=30000",
             "sslmode": "require",
+            "connect_timeout": "5",
         }
 
     def test_a_password_with_url_syntax_survives(self) -> None:
