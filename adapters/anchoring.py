@@ -7,17 +7,21 @@ covers the log only up to its position, so a long-running controller writes one 
 ``every_seconds``, once when elected and once when it stops.
 
 Only the leader writes: the controllers of one database share the anchor file, and one writer at
-a time keeps the file's anchors moving forward. A new anchor never overwrites evidence: before
-replacing the anchor in the file it checks that the log still holds that anchor's head unchanged
-and that the chain from there verifies, and signs the last position it verified. When the log no
-longer matches, the file is left as it is (it is what shows the tampering), the refusal is logged
-as an error at every period, and ``fleetledger audit verify --anchor`` tells the rest.
+a time (a lock on the file's directory besides) appends to its chain. A new anchor never buries
+evidence: it is appended only after the log was found to hold the newest anchor's head unchanged
+and the hash chain from there verified, and it signs the last position verified. When the log no
+longer matches, or the file no longer holds the last anchor this process wrote or checked (it was
+rolled back to an older copy, or replaced), nothing is written (the file is what shows the
+tampering), the refusal is logged as an error at every period, and ``fleetledger audit verify
+--anchor`` tells the rest. Each anchor's digest is logged: kept elsewhere, it lets ``audit verify
+--expect-anchor`` catch a rollback of the file after this process has gone.
 
 Errors::
 
     AnchorError (eventstore.anchors: key or file unusable; a ValueError)
-    └── AnchoringRefused  the log no longer matches the anchor in the file, or that file was
-                          replaced or altered since the start: nothing written
+    └── AnchorRefused (eventstore.anchors)
+        └── AnchoringRefused  the log no longer matches the chain in the file, or that file was
+                              rolled back, replaced or altered since the start: nothing written
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from fleetledger.eventstore import EventStore, EventStoreError
 from fleetledger.eventstore.anchors import (
     Anchor,
     AnchorError,
+    AnchorRefused,
     Signer,
-    check_anchor,
     read_anchor,
     record_anchor,
     signed_by,
@@ -59,10 +63,10 @@ MAX_ANCHOR_EVERY_SECONDS = 365 * 24 * 3600.0
 log = structlog.get_logger(__name__)
 
 
-class AnchoringRefused(AnchorError):
+class AnchoringRefused(AnchorRefused):
     """The log no longer holds the head anchored in the file, its chain from there does not
-    verify, or the file no longer holds an anchor this key signed: the file is kept as the
-    evidence and no anchor is written."""
+    verify, or the file no longer holds the chain this key signed up to the last anchor this
+    process saw: the file is kept as the evidence and no anchor is written."""
 
 
 def checked_anchor_period(seconds: float) -> float:
@@ -113,7 +117,7 @@ class AnchorRecorder:
         self._clock = clock
         self._every = timedelta(seconds=every_seconds)
         self._threads = threads
-        self._previous_in_file()
+        self._known = self._chain_in_file()
         # Writing holds one lock (a verification may take a while); the schedule another, so
         # that the leadership's callbacks, which must return at once, never wait for a write.
         self._writing = threading.Lock()
@@ -123,7 +127,7 @@ class AnchorRecorder:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.last: Anchor | None = None
-        """The last anchor this recorder wrote."""
+        """The last anchor this recorder wrote (or found written further by another)."""
         self.duties = Duties(
             leadership, on_lead=self._lead, on_follow=self._follow, manage_leadership=False
         )
@@ -144,6 +148,8 @@ class AnchorRecorder:
             path=str(self.path),
             every_seconds=self._every.total_seconds(),
             algorithm=self._signer.algorithm,
+            newest_anchor=None if self._known is None else self._known.sequence,
+            newest_digest=None if self._known is None else self._known.digest(),
         )
         return self
 
@@ -175,50 +181,39 @@ class AnchorRecorder:
             return None
         with self._writing:
             # A leader deposed from here on writes this one anchor still: it is of the log as it
-            # is (the log only grows), and the next leader's anchor replaces it.
-            position = self._verified_head()
-            anchor = record_anchor(
-                self._store, self._signer, self.path, at=self._clock.now(), position=position
-            )
-            self.last = anchor
+            # is (the log only grows), and the next leader's anchors follow it in the chain.
+            try:
+                anchor = record_anchor(
+                    self._store, self._signer, self.path, at=self._clock.now(), known=self._known
+                )
+            except AnchorRefused as e:
+                raise AnchoringRefused(str(e)) from e
+            self.last = self._known = anchor
             with self._schedule:
-                self._due = anchor.anchored_at + self._every
-        log.info("anchored the log", position=anchor.position, path=str(self.path))
+                self._due = self._clock.now() + self._every
+        log.info(
+            "anchored the log",
+            position=anchor.position,
+            sequence=anchor.sequence,
+            digest=anchor.digest(),
+            path=str(self.path),
+        )
         return anchor
 
-    def _previous_in_file(self) -> Anchor | None:
-        """The anchor in the file, checked to be genuine under this key (or None)."""
+    def _chain_in_file(self) -> Anchor | None:
+        """The newest anchor in the file, checked to be genuine under this key (None without a
+        file). The chain before it is ``audit verify``'s to check: reading it all at every start
+        would cost a second per ten thousand anchors."""
         if not self.path.exists():
             return None
-        anchor = read_anchor(self.path)
-        if anchor.algorithm != self._verifier.algorithm or not signed_by(anchor, self._verifier):
+        newest = read_anchor(self.path)
+        if newest.algorithm != self._verifier.algorithm or not signed_by(newest, self._verifier):
             raise AnchorError(
-                f"the anchor in {str(self.path)!r} does not verify with this key (another key "
-                "signed it, or it was altered); check it with `fleetledger audit verify "
+                f"the newest anchor in {str(self.path)!r} does not verify with this key (another "
+                "key signed it, or it was altered); check it with `fleetledger audit verify "
                 "--anchor`, then move it aside to start a new series"
             )
-        return anchor
-
-    def _verified_head(self) -> int:
-        """The last position of a chain that verifies from the anchor in the file."""
-        try:
-            previous = self._previous_in_file()
-        except AnchorError as e:
-            # Replaced, altered or unreadable since the start: not ours to overwrite blindly.
-            raise AnchoringRefused(f"not replacing {str(self.path)!r}: {e}") from e
-        start = 0
-        if previous is not None:
-            checked = check_anchor(self._store, previous, self._verifier)
-            if not checked.ok:
-                raise AnchoringRefused(f"not replacing {str(self.path)!r}: {checked.reason}")
-            start = previous.position
-        report = self._store.verify(after=start)
-        if not report.ok:
-            raise AnchoringRefused(
-                f"not anchoring a log whose chain breaks at position {report.first_bad_position}"
-                f" ({report.reason})"
-            )
-        return report.last_position
+        return newest
 
     def _anchor_logging_failures(self, why: str) -> None:
         try:

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from fleetledger.adapters.cli.common import EXIT_TAMPERED, print_json, require_database
-from fleetledger.adapters.cli.options import Subcommands, add_json, add_url
+from fleetledger.adapters.cli.options import Subcommands, add_json, add_url, position
 from fleetledger.eventstore import open_store
 from fleetledger.eventstore._engine import resolve_url
 
@@ -33,25 +33,44 @@ def register(commands: Subcommands) -> None:
     )
     add_url(verify_parser)
     add_json(verify_parser)
-    verify_parser.add_argument("--after", type=int, default=0)
+    verify_parser.add_argument("--after", type=position, default=0, metavar="POSITION")
     verify_parser.add_argument(
         "--anchor",
         type=Path,
         metavar="FILE",
-        help="also detect truncation and rewrites (even with recomputed hashes) up to this "
-        "anchor's position",
+        help="also detect truncation and rewrites (even with recomputed hashes) up to the newest "
+        "anchor of the chain in FILE, and a chain with anchors removed, reordered or altered",
+    )
+    verify_parser.add_argument(
+        "--expect-anchor",
+        type=_digest,
+        metavar="DIGEST",
+        help="with --anchor: the digest of an anchor seen before (verify prints the newest's); "
+        "the chain must still hold it, so that FILE rolled back to an older copy is caught",
+    )
+    verify_parser.add_argument(
+        "--min-position",
+        type=position,
+        metavar="POSITION",
+        help="with --anchor: a position anchored before; the newest anchor must reach it",
     )
     add_key_options(
         verify_parser, ed25519_help="the Ed25519 public key (PEM) that checks the anchor"
     )
     verify_parser.set_defaults(run=verify)
     anchor_parser = audit.add_parser(
-        "anchor", help="write the log's head, signed, to keep outside the database"
+        "anchor",
+        help="sign the log's head, to keep outside the database: appended to the chain in "
+        "--output once the log was checked against its newest anchor, else printed",
     )
     add_url(anchor_parser)
     add_key_options(anchor_parser, ed25519_help="sign with this Ed25519 private key (PEM, PKCS#8)")
     anchor_parser.add_argument(
-        "-o", "--output", type=Path, metavar="FILE", help="write the anchor here (default: stdout)"
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="append the anchor to the chain in this file (default: print it alone)",
     )
     anchor_parser.set_defaults(run=anchor)
 
@@ -67,10 +86,20 @@ def add_key_options(parser: argparse.ArgumentParser, *, ed25519_help: str) -> No
     keys.add_argument("--ed25519-key", type=Path, metavar="FILE", help=ed25519_help)
 
 
-def verify(args: argparse.Namespace) -> int:
-    from fleetledger.eventstore.anchors import check_anchor, read_anchor
+def _digest(value: str) -> str:
+    if len(value) != 64 or any(c not in "0123456789abcdefABCDEF" for c in value):
+        raise argparse.ArgumentTypeError(
+            f"must be an anchor's digest, 64 hexadecimal digits, not {value[:70]!r}"
+        )
+    return value.lower()
 
-    kept = read_anchor(args.anchor) if args.anchor is not None else None
+
+def verify(args: argparse.Namespace) -> int:
+    from fleetledger.eventstore.anchors import check_chain, read_chain
+
+    if args.anchor is None and (args.expect_anchor is not None or args.min_position is not None):
+        raise ValueError("--expect-anchor and --min-position check an anchor chain: give --anchor")
+    kept = read_chain(args.anchor) if args.anchor is not None else None
     verifier = _verifier(args) if kept is not None else None
     require_database(resolve_url(args.url))
     with open_store(args.url) as store:
@@ -81,7 +110,9 @@ def verify(args: argparse.Namespace) -> int:
 
         report = store.verify(after=args.after, progress=progress)
         checked = (
-            check_anchor(store, kept, verifier)
+            check_chain(
+                store, kept, verifier, expect=args.expect_anchor, min_position=args.min_position
+            )
             if kept is not None and verifier is not None
             else None
         )
@@ -96,7 +127,13 @@ def verify(args: argparse.Namespace) -> int:
                 "reason": report.reason,
                 "anchor": None
                 if checked is None
-                else {"ok": checked.ok, "position": checked.position, "reason": checked.reason},
+                else {
+                    "ok": checked.ok,
+                    "position": checked.position,
+                    "reason": checked.reason,
+                    "sequence": checked.sequence,
+                    "digest": checked.digest,
+                },
             }
         )
     elif not report.ok:
@@ -109,13 +146,17 @@ def verify(args: argparse.Namespace) -> int:
     elif checked is not None and not checked.ok:
         print(
             f"TAMPERED: {checked.reason}. Restore from backup or investigate who wrote to the "
-            "events table outside fleetledger.",
+            "events table or the anchor file outside fleetledger.",
             file=sys.stderr,
         )
     else:
         print(f"ok: {report.checked} events verified up to position {report.last_position}")
         if checked is not None:
-            print(f"ok: the log holds the anchored head {checked.position} unchanged")
+            print(
+                f"ok: the log holds the anchored head {checked.position} unchanged (anchor "
+                f"{checked.sequence}, digest {checked.digest}); keep the digest and pass it as "
+                "--expect-anchor next time to catch the anchor file being rolled back"
+            )
         else:
             print(
                 "  without --anchor a deleted tail or a rewrite with recomputed hashes goes "
@@ -164,5 +205,9 @@ def anchor(args: argparse.Namespace) -> int:
             print(make_anchor(store, signer, at=at).to_json())
             return 0
         recorded = record_anchor(store, signer, args.output, at=at)
-    print(f"anchored position {recorded.position} in {args.output}", file=sys.stderr)
+    print(
+        f"anchored position {recorded.position} in {args.output} (anchor {recorded.sequence}, "
+        f"digest {recorded.digest()})",
+        file=sys.stderr,
+    )
     return 0

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 
 from fleetledger.adapters.cli.common import require_database
-from fleetledger.adapters.cli.options import Subcommands, add_url
+from fleetledger.adapters.cli.options import Subcommands, Text, add_url
 from fleetledger.eventstore import migrate
 from fleetledger.eventstore._engine import resolve_url
 
 __all__ = ["current", "downgrade", "register", "upgrade"]
+
+# Alembic asserts on an empty revision instead of refusing it.
+_revision = Text(max_length=64)
 
 
 def register(commands: Subcommands) -> None:
@@ -17,7 +20,7 @@ def register(commands: Subcommands) -> None:
         dest="db_command", required=True, metavar="ACTION"
     )
     upgrade_parser = db.add_parser("upgrade", help="migrate the schema up (default: to head)")
-    upgrade_parser.add_argument("--revision", default="head")
+    upgrade_parser.add_argument("--revision", type=_revision, default="head", help="default: head")
     add_url(upgrade_parser)
     upgrade_parser.set_defaults(run=upgrade)
     downgrade_parser = db.add_parser(
@@ -25,6 +28,7 @@ def register(commands: Subcommands) -> None:
     )
     downgrade_parser.add_argument(
         "--revision",
+        type=_revision,
         required=True,
         help="the revision to go down to, e.g. 0001; 'base' drops every fleetledger table",
     )

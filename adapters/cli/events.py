@@ -6,7 +6,15 @@ import argparse
 import json
 
 from fleetledger.adapters.cli.common import require_database
-from fleetledger.adapters.cli.options import Subcommands, add_json, add_url
+from fleetledger.adapters.cli.options import (
+    MAX_POSITION,
+    Subcommands,
+    add_json,
+    add_url,
+    bounded_int,
+    name,
+    position,
+)
 from fleetledger.eventstore import RecordedEvent, open_store
 from fleetledger.eventstore._engine import resolve_url
 
@@ -21,19 +29,22 @@ def register(commands: Subcommands) -> None:
     add_url(tail_parser)
     add_json(tail_parser)
     tail_parser.add_argument(
-        "--after", type=int, default=None, help="start after this global position"
+        "--after", type=position, default=None, help="start after this global position"
     )
     tail_parser.add_argument(
-        "--limit", type=int, default=20, help="without --after: the last N events"
+        "--limit",
+        type=bounded_int(minimum=1, maximum=MAX_POSITION),
+        default=20,
+        help="without --after: the last N events (default 20)",
     )
-    tail_parser.add_argument("--type", action="append", dest="types", help="only this event type")
+    tail_parser.add_argument(
+        "--type", action="append", dest="types", type=name, help="only this event type"
+    )
     tail_parser.add_argument("--follow", action="store_true", help="keep printing new events")
     tail_parser.set_defaults(run=tail)
 
 
 def tail(args: argparse.Namespace) -> int:
-    if args.limit < 1:
-        raise ValueError("--limit must be at least 1")
     render = _event_json if args.json else _event_line
     require_database(resolve_url(args.url))
     with open_store(args.url) as store:

@@ -3,7 +3,9 @@ follower never writes; an anchor it wrote verifies, and truncation below it is c
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -36,9 +38,11 @@ from fleetledger.eventstore.anchors import (
     Ed25519Signer,
     Ed25519Verifier,
     HmacKey,
+    chain_problem,
     check_anchor,
     make_anchor,
     read_anchor,
+    read_chain,
 )
 from tests.eventstore.support import bypassing_append_only_guard, new_events
 
@@ -331,6 +335,89 @@ class TestEvidenceIsKept:
         errors = [e for e in logs if e["log_level"] == "error"]
         assert len(errors) == 1 and "audit verify --anchor" in errors[0]["event"]
         assert "truncated" in errors[0]["reason"]
+
+
+class TestChain:
+    def test_every_anchor_is_kept_as_a_chain(
+        self, store: EventStore, anchor_file: Path, clock: ManualClock
+    ) -> None:
+        """Each period appends an anchor to the file, following the one before."""
+        alone = recorder(store, anchor_file, clock).start()
+        for n in range(3):
+            store.append("vm-1", new_events(2, start=2 * n))
+            assert alone.tick() is not None
+            clock.advance(EVERY)
+
+        chain = read_chain(anchor_file)
+
+        assert [(a.sequence, a.position) for a in chain] == [(1, 2), (2, 4), (3, 6)]
+        assert chain_problem(chain, KEY) is None
+
+    def test_a_file_rolled_back_while_running_is_not_appended_to(
+        self, store: EventStore, anchor_file: Path, clock: ManualClock
+    ) -> None:
+        """The file replaced by an older genuine copy no longer holds the anchor this leader
+        wrote last: refused, the copy kept as it is, and the error names the rollback."""
+        alone = recorder(store, anchor_file, clock).start()
+        store.append("vm-1", new_events(2))
+        alone.record_now()
+        older = anchor_file.read_bytes()
+        store.append("vm-1", new_events(2, start=2))
+        alone.record_now()
+
+        anchor_file.write_bytes(older)
+        bypassing_append_only_guard(store.engine, "DELETE FROM events WHERE global_position > 2")
+
+        with pytest.raises(AnchoringRefused, match="rolled back"):
+            alone.record_now()
+        assert anchor_file.read_bytes() == older
+
+    def test_leaders_one_after_another_extend_one_chain(
+        self, store: EventStore, anchor_file: Path, clock: ManualClock
+    ) -> None:
+        """The next leader continues the chain its predecessor wrote, and the old one, leading
+        again later, continues the new one's: one chain, never a fork."""
+        board: dict[str, str] = {}
+        first, second = elector(store, board, "a", clock), elector(store, board, "b", clock)
+        first.step()
+        a = recorder(store, anchor_file, clock, leadership=first).start()
+        b = recorder(store, anchor_file, clock, leadership=second).start()
+        store.append("vm-1", new_events(2))
+        assert a.record_now() is not None
+        for n, (leader, lease, deposed) in enumerate([(b, second, first), (a, first, second)]):
+            board.clear()  # the leader's lease lapsed
+            assert (deposed.step(), lease.step()) == ("follower", "leader")
+            store.append("vm-1", new_events(2, start=2 * n + 2))
+            assert leader.record_now() is not None
+
+        chain = read_chain(anchor_file)
+
+        # Each election is in the log too: positions grow by more than the appended events.
+        assert [x.sequence for x in chain] == [1, 2, 3]
+        assert chain[0].position < chain[1].position < chain[2].position == store.head()
+        assert chain_problem(chain, KEY) is None
+
+    def test_a_file_from_before_chains_is_continued(
+        self, store: EventStore, store_url: str, anchor_file: Path, clock: ManualClock
+    ) -> None:
+        """An anchor file written before chains (one indented anchor) is taken up: the next
+        anchor follows it, and `audit verify --anchor` accepts the result."""
+        store.append("vm-1", new_events(2))
+        legacy = dataclasses.replace(
+            make_anchor(store, KEY, at=EPOCH), format="fleetledger-anchor/1", sequence=0
+        )
+        legacy = dataclasses.replace(
+            legacy, signature=base64.b64encode(KEY.sign(legacy.payload())).decode()
+        )
+        anchor_file.write_text(legacy.to_json() + "\n")
+        alone = recorder(store, anchor_file, clock).start()
+        store.append("vm-1", new_events(1, start=2))
+
+        written = alone.record_now()
+
+        assert written is not None and written.previous == legacy.digest()
+        assert read_chain(anchor_file) == (legacy, written)
+        assert audit_verify(store_url, anchor_file) == 0
 
 
 class TestConfiguration:

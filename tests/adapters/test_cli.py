@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from fleetledger.adapters.cli import EXIT_ERROR, EXIT_TAMPERED, EXIT_USAGE, main
 from fleetledger.eventstore import NewEvent, migrate, open_store
-from fleetledger.eventstore.anchors import AUDIT_KEY_ENV
+from fleetledger.eventstore.anchors import AUDIT_KEY_ENV, read_anchor, read_chain
 from tests.eventstore.support import bypassing_append_only_guard
 
 
@@ -228,7 +228,13 @@ class TestAuditAnchor:
 
         report = json.loads(capsys.readouterr().out)
         assert code == 0
-        assert report["ok"] and report["anchor"] == {"ok": True, "position": 2, "reason": None}
+        assert report["ok"] and report["anchor"] == {
+            "ok": True,
+            "position": 2,
+            "reason": None,
+            "sequence": 1,
+            "digest": read_anchor(anchor).digest(),
+        }
 
     def test_a_short_key_is_refused_before_anything_is_written(
         self, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -267,3 +273,67 @@ class TestAuditAnchor:
         assert main([*signed, "--output", anchor]) == 0
         checked = ["audit", "verify", "--url", sqlite_url, "--anchor", anchor]
         assert main([*checked, "--ed25519-key", str(public_file)]) == 0
+
+
+class TestAuditAnchorChain:
+    def test_anchoring_into_a_file_appends_and_prints_the_digest(
+        self, sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`audit anchor -o` twice: a chain of two, each line naming the digest to keep."""
+        key, anchor = key_file(tmp_path), tmp_path / "anchors.jsonl"
+        argv = ["audit", "anchor", "--url", sqlite_url, "--key-file", key, "-o", str(anchor)]
+        appended(sqlite_url, 2)
+        assert main(argv) == 0
+        appended(sqlite_url, 1)
+        assert main(argv) == 0
+
+        chain = read_chain(anchor)
+        err = capsys.readouterr().err.splitlines()
+        assert [(a.sequence, a.position) for a in chain] == [(1, 2), (2, 3)]
+        assert err[-1] == f"anchored position 3 in {anchor} (anchor 2, digest {chain[-1].digest()})"
+
+    def test_a_rolled_back_anchor_file_is_caught_with_the_last_known_digest(
+        self, store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The attack: the anchor file replaced by an older genuine copy and the log cut back
+        to it. Alone they agree; given the digest verify printed before, exit 3 naming it."""
+        key, anchor = key_file(tmp_path), tmp_path / "anchors.jsonl"
+        argv = ["audit", "anchor", "--url", store_url, "--key-file", key, "-o", str(anchor)]
+        appended(store_url, 2)
+        assert main(argv) == 0
+        older = anchor.read_bytes()
+        appended(store_url, 3)
+        assert main(argv) == 0
+        verify = ["audit", "verify", "--url", store_url, "--anchor", str(anchor), "--key-file", key]
+        assert main(verify) == 0
+        last_known = read_anchor(anchor).digest()
+        assert f"digest {last_known}" in capsys.readouterr().out
+
+        anchor.write_bytes(older)
+        truncate(store_url, keep=2)
+
+        assert main(verify) == 0  # the limit: nothing in the file or the log tells
+        capsys.readouterr()
+        assert main([*verify, "--expect-anchor", last_known]) == EXIT_TAMPERED
+        (refusal,) = [e for e in capsys.readouterr().err.splitlines() if "TAMPERED" in e]
+        assert "rolled back" in refusal and last_known in refusal
+        assert main([*verify, "--min-position", "5"]) == EXIT_TAMPERED
+
+    def test_an_expectation_without_an_anchor_file_is_a_usage_error(
+        self, sqlite_url: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--expect-anchor alone would check nothing: exit 2 saying what is missing."""
+        code = main(["audit", "verify", "--url", sqlite_url, "--expect-anchor", "ab" * 32])
+
+        assert code == EXIT_USAGE
+        assert "give --anchor" in capsys.readouterr().err
+
+    def test_a_digest_that_is_not_one_is_refused_by_the_parser(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A truncated or mistyped digest is a one-line usage error, before anything runs."""
+        with pytest.raises(SystemExit) as exit_:
+            main(["audit", "verify", "--anchor", "a.json", "--expect-anchor", "abc"])
+
+        assert exit_.value.code == EXIT_USAGE
+        assert "64 hexadecimal digits" in capsys.readouterr().err
