@@ -370,12 +370,15 @@ class EventStore:
         a NOTIFY, and :meth:`wake` wake every waiter.
         """
         self._ensure_listener()
-        waiter = _WakeWaiter(None if types is None else frozenset(types))
+        wanted = None if types is None else frozenset(types)
+        if timeout <= 0:
+            # A poll (the extender asks on the event loop, per call): no waiter to build.
+            with self._wake:
+                return self._woken_for(seen, wanted)
+        waiter = _WakeWaiter(wanted)
         with self._wake:
             if self._woken_for(seen, waiter.types):
                 return True
-            if timeout <= 0:
-                return False
             self._waiters.append(waiter)
         try:
             return waiter.event.wait(timeout)

@@ -20,7 +20,12 @@ database on loopback. This process plays the rest of the cluster:
 Two timed phases of ``seconds`` each (after a ``warmup``), with the figures of each: calls per
 second, latency p50, p99 and p99.9 as the callers saw it, by kind too; the answers; *moved* —
 re-asks answered with another node than the pod's first answer, which must be 0; and the server
-process's CPU time per call (Linux, from ``/proc``):
+process's CPU time per call, and where the machine's CPU went (Linux, from ``/proc``): the
+extender, the callers (this process), the leader's process, the Postgres backends of the scratch
+database, and other work sharing the machine. Everything runs on one machine, so the callers,
+the leader and Postgres take cores the extender would otherwise have: the report gives the
+cores all four would keep busy at the target rate beside the cores there are, and says when
+other work was busy meanwhile (its figures are then a busy machine's):
 
 * **capacity**: every caller sends its next call as soon as it is answered. The calls per second
   are the extender's capacity; their latency is mostly queueing — with 32 callers always
@@ -62,6 +67,7 @@ from typing import IO
 
 import httpx
 import orjson
+import sqlalchemy as sa
 import structlog
 
 from fleetledger.eventstore import open_store
@@ -93,6 +99,8 @@ _SLOT_CPU, _SLOT_MEMORY = 1000, 2048
 _WINDOW = 8
 """Slot ids a pod's application lists (a label value holds at most 63 characters)."""
 _KINDS = ("reask", "first", "preempt")
+_CONTENDED_CORES = 0.25
+"""Cores busy with other work from which a phase's figures are reported as contended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +145,8 @@ class Phase:
     """Timed answers: ``placed``, ``no node`` (no free slot then), or ``status <code>``."""
     moved: int
     server_cpu_seconds: float | None = None
+    cpu: CpuShares | None = None
+    """Where the machine's CPU went meanwhile (``None`` without ``/proc``)."""
 
     @property
     def calls_per_second(self) -> float:
@@ -179,6 +189,7 @@ class Phase:
             "outcomes": dict(sorted(self.outcomes.items())),
             "moved": self.moved,
             "server_cpu_ms_per_call": None if cpu is None else round(cpu, 3),
+            "cpu": None if self.cpu is None else self.cpu.to_dict(len(self.samples)),
         }
 
     def render(self, title: str) -> list[str]:
@@ -200,7 +211,84 @@ class Phase:
             "    server CPU  "
             + ("unknown (no /proc)" if cpu is None else f"{cpu:.3f} ms per call")
             + " (the extender process, user + system)",
+            *([] if self.cpu is None else self.cpu.render(len(self.samples))),
         ]
+
+
+@dataclass(frozen=True, slots=True)
+class CpuShares:
+    """CPU seconds (user + system) spent during a phase: by the extender, by this process (the
+    callers), by the leader's process, by the Postgres backends serving the scratch database,
+    and by the whole machine, which has ``cores``. What the machine spent beyond those four is
+    other work sharing it: the bench's figures are then those of a busy machine."""
+
+    cores: int
+    elapsed: float
+    extender: float
+    callers: float
+    leader: float
+    database: float
+    machine: float
+
+    @property
+    def ours(self) -> float:
+        return self.extender + self.callers + self.leader + self.database
+
+    @property
+    def others(self) -> float:
+        return max(0.0, self.machine - self.ours)
+
+    def cores_at(self, calls_per_second: float, calls: int) -> float:
+        """Cores the four would keep busy at ``calls_per_second``, at this phase's CPU per
+        call."""
+        return self.ours / calls * calls_per_second if calls else 0.0
+
+    def to_dict(self, calls: int) -> dict[str, object]:
+        def per_call(seconds: float) -> float | None:
+            return round(seconds * 1000 / calls, 3) if calls else None
+
+        return {
+            "ms_per_call": {
+                "extender": per_call(self.extender),
+                "callers": per_call(self.callers),
+                "leader": per_call(self.leader),
+                "database": per_call(self.database),
+                "all": per_call(self.ours),
+            },
+            "cores": self.cores,
+            "busy_cores": round(self.machine / self.elapsed, 2) if self.elapsed else None,
+            "others_busy_cores": round(self.others / self.elapsed, 2) if self.elapsed else None,
+            "cores_at_target": round(self.cores_at(TARGET_CALLS_PER_SECOND, calls), 2),
+            "extender_core_at_target": round(
+                self.extender / calls * TARGET_CALLS_PER_SECOND if calls else 0.0, 2
+            ),
+        }
+
+    def render(self, calls: int) -> list[str]:
+        if not calls or not self.elapsed:
+            return []
+        ms = {k: v * 1000 / calls for k, v in (("x", self.extender), ("c", self.callers),
+              ("l", self.leader), ("d", self.database), ("all", self.ours))}  # fmt: skip
+        need = self.cores_at(TARGET_CALLS_PER_SECOND, calls)
+        lines = [
+            f"    CPU/call    {ms['all']:.3f} ms in all: extender {ms['x']:.3f}, callers "
+            f"{ms['c']:.3f}, leader {ms['l']:.3f}, Postgres {ms['d']:.3f} -> "
+            f"{need:.2f} cores at {TARGET_CALLS_PER_SECOND:,} calls/s, of the {self.cores} here",
+            f"    machine     {self.machine / self.elapsed:.2f} of {self.cores} cores busy, "
+            f"{self.others / self.elapsed:.2f} by other work",
+        ]
+        # One interpreter runs the extender's Python one thread at a time: whatever the cores,
+        # its event loop and its threads share one.
+        lines.append(
+            f"    extender    {ms['x'] * TARGET_CALLS_PER_SECOND / 1000:.2f} of the one core its "
+            f"interpreter can use, at {TARGET_CALLS_PER_SECOND:,} calls/s"
+        )
+        if self.others / self.elapsed >= _CONTENDED_CORES:
+            lines.append(
+                "    contended   other work shared the machine: these figures are those of a "
+                "busy machine, not of this code alone"
+            )
+        return lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +312,17 @@ class ExtenderBenchReport:
     @property
     def p99_at_rate(self) -> float | None:
         return None if self.at_rate is None else self.at_rate.percentile(0.99)
+
+    @property
+    def cores_ratio(self) -> float | None:
+        """The cores the extender, the callers, the leader and Postgres would keep busy at the
+        target rate (at the capacity phase's CPU per call), over the machine's cores: from
+        about 0.7 on, queueing alone puts a p99 of a few milliseconds out of reach."""
+        cpu = self.capacity.cpu
+        calls = len(self.capacity.samples)
+        if cpu is None or not calls:
+            return None
+        return round(cpu.cores_at(TARGET_CALLS_PER_SECOND, calls) / cpu.cores, 3)
 
     @property
     def met(self) -> bool:
@@ -254,6 +353,7 @@ class ExtenderBenchReport:
                 "calls_per_second": round(
                     self.capacity.calls_per_second / TARGET_CALLS_PER_SECOND, 3
                 ),
+                "cores_at_target": self.cores_ratio,
                 "p99": None
                 if self.p99_at_rate is None
                 else round(self.p99_at_rate / TARGET_P99_MS, 3),
@@ -287,7 +387,12 @@ class ExtenderBenchReport:
                 "leader to free their slots",
                 f"  ratios      capacity {capacity / TARGET_CALLS_PER_SECOND:.2f}x the "
                 f"{TARGET_CALLS_PER_SECOND:,}/s target; p99 at {offered:,.0f}/s {p99_ratio}; "
-                f"{'met' if self.met else 'MISSED'}",
+                + (
+                    ""
+                    if self.cores_ratio is None
+                    else f"CPU at the target {self.cores_ratio:.2f}x the machine's cores; "
+                )
+                + f"{'met' if self.met else 'MISSED'}",
             ]
         )
 
@@ -296,6 +401,89 @@ def _percentile(ordered: list[float], q: float) -> float:
     if not ordered:
         return 0.0
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+@dataclass(frozen=True, slots=True)
+class _Watched:
+    """What a phase's CPU is counted for: the extender's and the leader's processes, and the
+    scratch database (its Postgres backends name it in their titles; ``None`` on SQLite)."""
+
+    extender: int
+    leader: int
+    database: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _CpuSample:
+    at: float
+    extender: float
+    callers: float
+    leader: float
+    database: float
+    machine: float
+
+    @classmethod
+    def take(cls, watched: _Watched) -> _CpuSample | None:
+        extender = process_cpu_seconds(watched.extender)
+        leader = process_cpu_seconds(watched.leader)
+        machine = _machine_cpu_seconds()
+        if extender is None or leader is None or machine is None:
+            return None
+        own = os.times()
+        return cls(
+            at=time.perf_counter(),
+            extender=extender,
+            callers=own.user + own.system,
+            leader=leader,
+            database=_backends_cpu_seconds(watched.database),
+            machine=machine,
+        )
+
+    def until(self, later: _CpuSample) -> CpuShares:
+        return CpuShares(
+            cores=os.cpu_count() or 1,
+            elapsed=later.at - self.at,
+            extender=later.extender - self.extender,
+            callers=later.callers - self.callers,
+            leader=later.leader - self.leader,
+            # A backend that ended meanwhile takes its time away: never below none.
+            database=max(0.0, later.database - self.database),
+            machine=later.machine - self.machine,
+        )
+
+
+def _machine_cpu_seconds() -> float | None:
+    """CPU seconds every core of the machine spent busy so far (``/proc/stat``: all but idle
+    and I/O wait)."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _backends_cpu_seconds(database: str | None) -> float:
+    """CPU seconds so far of the Postgres backends connected to ``database`` (their process
+    titles read ``postgres: … USER DATABASE HOST(PORT) STATE``)."""
+    if database is None:
+        return 0.0
+    total = 0.0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                    title = cmdline.read(512).replace(b"\0", b" ").split()
+            except OSError:
+                continue
+            if title[:1] == [b"postgres:"] and database.encode() in title:
+                # A backend ending just now leaves an empty or missing stat: it counts as none.
+                with contextlib.suppress(IndexError, ValueError):
+                    total += process_cpu_seconds(int(entry.name)) or 0.0
+    return total
 
 
 def default_server_url(url: str | None, environ: dict[str, str] | None = None) -> str:
@@ -347,12 +535,10 @@ def run_extender_bench(
     server = default_server_url(url)
     with scratch_database(server) as scratch:
         backend = "sqlite" if scratch.startswith("sqlite") else "postgres"
+        database = None if backend == "sqlite" else sa.make_url(scratch).database
         with (
-            _cluster(scratch, nodes, slots, churn_seconds) as link,
-            _extender(scratch) as (
-                port,
-                pid,
-            ),
+            _cluster(scratch, nodes, slots, churn_seconds) as (link, leader),
+            _extender(scratch) as (port, pid),
         ):
             world = _World(link, nodes=nodes, slots=slots, seed=seed)
             try:
@@ -364,7 +550,7 @@ def run_extender_bench(
                     seconds=seconds,
                     warmup=warmup,
                     weights=weights,
-                    pid=pid,
+                    watched=_Watched(extender=pid, leader=leader, database=database),
                 )
                 capacity = asyncio.run(drive(rate=None, seed=seed))
                 # Offered more than it can answer, the server would only show its backlog
@@ -682,7 +868,7 @@ async def _drive(
     rate: float | None,
     weights: tuple[float, float, float],
     seed: int,
-    pid: int,
+    watched: _Watched,
 ) -> Phase:
     # The callers' own collector pauses would be counted as the server's latency.
     gc.collect()
@@ -693,11 +879,11 @@ async def _drive(
     start = time.perf_counter()
     measure_from = start + warmup
     stop_at = measure_from + seconds
-    cpu: dict[str, float | None] = {}
+    cpu: dict[str, _CpuSample | None] = {}
 
     async def mark_cpu() -> None:
         await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
-        cpu["before"] = process_cpu_seconds(pid)
+        cpu["before"] = _CpuSample.take(watched)
 
     async def caller(number: int) -> None:
         nonlocal moved
@@ -734,8 +920,9 @@ async def _drive(
 
     await asyncio.gather(mark_cpu(), *(caller(n) for n in range(clients)))
     elapsed = time.perf_counter() - measure_from
-    after = process_cpu_seconds(pid)
+    after = _CpuSample.take(watched)
     before = cpu.get("before")
+    shares = None if before is None or after is None else before.until(after)
     return Phase(
         rate=rate,
         # Until the last timed answer: a server falling behind the rate shows a lower one.
@@ -743,7 +930,8 @@ async def _drive(
         samples=tuple(samples),
         outcomes=outcomes,
         moved=moved,
-        server_cpu_seconds=None if before is None or after is None else after - before,
+        server_cpu_seconds=None if shares is None else shares.extender,
+        cpu=shares,
     )
 
 
@@ -780,7 +968,7 @@ def _answered_node(status: int, answer: bytes) -> str:
 
 
 @contextlib.contextmanager
-def _cluster(url: str, nodes: int, slots: int, every: float) -> Iterator[Connection]:
+def _cluster(url: str, nodes: int, slots: int, every: float) -> Iterator[tuple[Connection, int]]:
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
     ready = context.Event()
@@ -798,7 +986,8 @@ def _cluster(url: str, nodes: int, slots: int, every: float) -> Iterator[Connect
                     f"the bench's cluster process did not start (exit code {process.exitcode}); "
                     "its error is printed above"
                 )
-        yield ours
+        assert process.pid is not None  # started
+        yield ours, process.pid
     finally:
         with contextlib.suppress(OSError):
             ours.send(("stop", None))

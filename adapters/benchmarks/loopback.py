@@ -11,9 +11,9 @@ only: no TLS, redirects, cookies, proxies or chunked request bodies.
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httptools
+import orjson
 
 __all__ = ["LoopbackClient"]
 
@@ -40,7 +40,7 @@ class LoopbackClient:
         """POST ``body`` as JSON; the answer's status and body."""
         if self._protocol is None:
             raise RuntimeError("connect first: async with LoopbackClient(host, port) as client")
-        payload = json.dumps(body, separators=(",", ":")).encode()
+        payload = orjson.dumps(body)
         head = (
             f"POST {path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"

@@ -55,6 +55,7 @@ from fleetledger.domain.errors import Rejected
 from fleetledger.eventstore import (
     NO_STREAM,
     AppendResult,
+    DuplicateEventId,
     EventStore,
     EventStoreError,
     Fenced,
@@ -162,6 +163,14 @@ class Folded(Generic[E]):
     event: E
     version: int
     event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Tail(Generic[E]):
+    """A page of a stream's events read from the log, decoded; ``full``: more may follow."""
+
+    events: list[tuple[E, RecordedEvent]]
+    full: bool
 
 
 _Outcome = list[AppendResult] | EventStoreError | None
@@ -404,13 +413,22 @@ class HostedStream(Generic[S, C, E]):
         ``through_version``: the version the caller needs folded (an event it read from the log).
         If the stream has it once the append in flight has concluded — this process wrote it —
         nothing is read."""
+        tail = None
+        if self._loaded and (through_version is None or self._version < through_version):
+            # Read and decode the tail before taking the fold lock: a group being appended
+            # holds that lock through its whole commit, and the read need not wait for it (nor
+            # the commit for the read). Under the lock only what the fold still lacks is folded.
+            tail = self._read_tail(self._version)
         with self._fold:
             if self._loaded:
                 if through_version is None or self._version < through_version:
-                    self._catch_up()
+                    self._catch_up(tail)
             else:
                 self._ensure_loaded(announce_history=announce_history)
-        self._announce()
+            # Taken here, not under the lock again: a group may take it in between and hold
+            # it through its commit.
+            news = self._take_news()
+        self._tell(*news)
 
     def next_deadline(self) -> datetime | None:
         """When the aggregate next needs a tick, or ``None``."""
@@ -453,16 +471,29 @@ class HostedStream(Generic[S, C, E]):
         [last] = self.store.read_stream(self.stream_id, from_version=snapshot.version, limit=1)
         self._last_event_id = str(last.event_id)
 
-    def _catch_up(self) -> None:
-        codec = self.aggregate.codec
+    def _catch_up(self, tail: _Tail[E] | None = None) -> None:
+        """Fold every event the log has beyond the fold's version, starting from ``tail`` (a
+        page read without the lock) when given."""
         while True:
-            records = self.store.read_stream(
-                self.stream_id, from_version=self._version + 1, limit=_PAGE
-            )
-            for record in records:
-                self._fold_record(codec.decode(record), record)
-            if len(records) < _PAGE:
+            if tail is None:
+                tail = self._read_tail(self._version)
+            # The fold may have moved on since the page was read (an append of this process
+            # concluded meanwhile): a stream's version n is one event for every reader, so the
+            # page's events the fold already has are skipped, and the rest continue it.
+            for event, record in tail.events:
+                if record.stream_version > self._version:
+                    self._fold_record(event, record)
+            if not tail.full:
                 return
+            tail = None
+
+    def _read_tail(self, after_version: int) -> _Tail[E]:
+        """The decoded page of the stream's events after ``after_version`` (takes no lock)."""
+        decode = self.aggregate.codec.decode
+        records = self.store.read_stream(
+            self.stream_id, from_version=after_version + 1, limit=_PAGE
+        )
+        return _Tail([(decode(record), record) for record in records], len(records) == _PAGE)
 
     def _fold_record(self, event: E, record: RecordedEvent) -> None:
         self._fold_event(event, record.stream_version, str(record.event_id))
@@ -737,6 +768,18 @@ class HostedStream(Generic[S, C, E]):
             )
             self._catch_up()
             return [submission for submission, _, _ in decided]
+        except DuplicateEventId:
+            # Event ids derive from what was decided, so a writer that decided on a stale stream
+            # (a leader elected before its follower caught up) repeats the ids another writer
+            # already stored there: the stream moved, like a version conflict. Caught up, it
+            # decides again; had the stream not moved, the id truly is another's and that stands.
+            before = self._version
+            self._catch_up()
+            if self._version == before:
+                raise
+            log.info("stream moved under a decision already stored; deciding again",
+                     stream=self.stream_id, version=self._version)  # fmt: skip
+            return [submission for submission, _, _ in decided]
         except Fenced as e:
             return self._fenced(e, [submission for submission, _, _ in decided])
         # The stream's own events, not its companions': a read model filtered to this
@@ -816,8 +859,16 @@ class HostedStream(Generic[S, C, E]):
 
     def _announce(self) -> None:
         with self._fold:
-            fenced, self._fenced_by = self._fenced_by, None
-            folded, self._unannounced = self._unannounced, []
+            news = self._take_news()
+        self._tell(*news)
+
+    def _take_news(self) -> tuple[Fenced | None, list[Folded[E]]]:
+        """What to tell the fencing and the observers (hold the fold lock)."""
+        fenced, self._fenced_by = self._fenced_by, None
+        folded, self._unannounced = self._unannounced, []
+        return fenced, folded
+
+    def _tell(self, fenced: Fenced | None, folded: list[Folded[E]]) -> None:
         if fenced is not None:
             self._writer.fencing.deposed(fenced)
         if folded:

@@ -315,6 +315,34 @@ class TestStrictDecoding:
         with pytest.raises(CodecError, match="field 'template'"):
             from_data("vm.MachineRequested", 1, bad)
 
+    @pytest.mark.parametrize(
+        ("change", "message"),
+        [
+            (
+                lambda m: m[0].update(machine_name=5),
+                r"'machines'\[0\]\.machine_name: expected text",
+            ),
+            (lambda m: m[1]["zones"].append(2), r"'machines'\[1\]\.zones\[2\]: expected text"),
+            (lambda m: m[1]["tags"][0].pop(), r"'machines'\[1\]\.tags\[0\]: expected a list of 2"),
+            (lambda m: m[1].update(typo=1), r"'machines'\[1\]: unknown \['typo'\], missing -"),
+        ],
+    )
+    def test_a_bad_value_deep_inside_names_its_path(
+        self, change: typing.Callable[[list[dict[str, Any]]], object], message: str
+    ) -> None:
+        """Inside lists and nested objects, the refusal names the item and the field."""
+        machines = (
+            BatchMachine("r1", "m1", ("1",), ()),
+            BatchMachine("r2", "m2", ("1", "2"), (("team", "a"),)),
+        )
+        sealed = BatchSealed("b-1", "h", TEMPLATE, ("r1", "r2"), machines, "idle", T0)
+        _, _, data = to_data(sealed)
+        bad = json.loads(json.dumps(data))
+        change(bad["machines"])
+
+        with pytest.raises(CodecError, match=r"vm\.BatchSealed v1: field " + message):
+            from_data("vm.BatchSealed", 1, bad)
+
     def test_naive_time_cannot_be_encoded(self) -> None:
         """Events with naive datetimes are refused when encoding."""
         event = MachineFailed("b", "r", "m", "unknown", "?", False, None, datetime(2025, 1, 1))

@@ -37,7 +37,9 @@ PHASE_KEYS = {
     "outcomes",
     "moved",
     "server_cpu_ms_per_call",
+    "cpu",
 }
+CPU_SHARES = {"extender", "callers", "leader", "database", "all"}
 
 
 class TestBenchExtender:
@@ -67,6 +69,11 @@ class TestBenchExtender:
             assert not [o for o in phase["outcomes"] if o.startswith("status")]
             latency = phase["latency_ms"]
             assert 0 < latency["p50"] <= latency["p99"] <= latency["p99.9"] <= latency["max"]
+            cpu = phase["cpu"]
+            assert set(cpu["ms_per_call"]) == CPU_SHARES
+            assert cpu["cores"] >= 1
+            assert 0 <= cpu["others_busy_cores"] <= cpu["busy_cores"] <= cpu["cores"] + 0.5
+            assert cpu["extender_core_at_target"] > 0
         assert figures["capacity"]["offered_per_second"] is None
         assert figures["at_rate"]["offered_per_second"] == 20
         # Offered 20 calls/s for 0.6 s: about 12 calls, whatever the machine.
@@ -78,8 +85,10 @@ class TestBenchExtender:
         }
         p99 = figures["at_rate"]["latency_ms"]["p99"]
         assert figures["ratios"]["p99"] == pytest.approx(p99 / TARGET_P99_MS, abs=1e-3)
+        assert figures["ratios"]["cores_at_target"] > 0
         text = report.render()
         assert "calls/s" in text and "p99.9" in text and "capacity" in text
+        assert "CPU/call" in text and "cores busy" in text and "its interpreter" in text
 
     def test_the_command_prints_json(
         self, postgres_url: str, capsys: pytest.CaptureFixture[str]

@@ -305,6 +305,34 @@ class TestLoad:
 
         assert counting.reads == reads
 
+    def test_the_tail_is_read_while_an_append_of_the_stream_is_in_flight(
+        self, store: EventStore
+    ) -> None:
+        """The read does not wait for the fold lock the append holds; what it read is folded
+        once the append concludes, and the append, which the other writer made stale, lands
+        after it."""
+        gated = GatedStore(store)
+        counting = CountingReads(gated)  # type: ignore[arg-type]
+        stream: Hosted = HostedStream(counting, COUNTER, "counter-t", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+        other: Hosted = HostedStream(store, COUNTER, "counter-t", clock=ManualClock(EPOCH))
+        other.execute(plan("t-1"))  # type: ignore[arg-type]
+        stream.load()
+        other.execute(plan("t-2", 5))  # type: ignore[arg-type]
+        appending = threading.Thread(target=stream.execute, args=(plan("t-3", 10),))
+        appending.start()
+        assert gated.entered.wait(10)
+        reads = counting.reads
+
+        loading = threading.Thread(target=stream.load)
+        loading.start()
+        wait_for(lambda: counting.reads > reads, timeout=5)
+        gated.gate.set()
+        for thread in (appending, loading):
+            thread.join(10)
+
+        assert stream.version == 3
+        assert stream.state.total == 16
+
     def test_a_version_not_folded_yet_is_read(self, store: EventStore) -> None:
         """Appended by another writer: the stream reads its tail and folds it."""
         stream: Hosted = HostedStream(store, COUNTER, "counter-m", clock=ManualClock(EPOCH))
