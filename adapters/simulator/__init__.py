@@ -5,6 +5,10 @@
 API calls, batching ratio, latency added by batching and outcomes; ``--compare naive`` runs the
 same arrivals with batching off. More scripted scenarios register with
 (:func:`~fleetledger.adapters.simulator.catalog.register_scenario`).
+
+Deterministic simulation testing lives in :mod:`~fleetledger.adapters.simulator.dst` (every
+capability on one log under seeded faults, :func:`~fleetledger.adapters.simulator.dst.run_seeds`)
+and :mod:`~fleetledger.adapters.simulator.faults` (the fault schedule and its injectors).
 """
 
 from __future__ import annotations

@@ -47,10 +47,17 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from random import Random
 
-from fleetledger.adapters.clock import ManualClock
+from fleetledger.adapters.clock import Clock, ManualClock
 from fleetledger.adapters.machines import MachineRequest
 from fleetledger.adapters.nodes import DEFAULT_NODE_CONFIG, NodeService
-from fleetledger.adapters.placement import BatchReport, PlacementRuntime, reservation
+from fleetledger.adapters.nodes.port import NodeStreams
+from fleetledger.adapters.placement import (
+    BatchReport,
+    MachineRequester,
+    PlacementRuntime,
+    reservation,
+)
+from fleetledger.adapters.runtime import Leadership, RetryPolicy
 from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.adapters.simulator.report import Checkpoint
 from fleetledger.domain.nodes import (
@@ -66,7 +73,14 @@ from fleetledger.domain.template import MachineTemplate
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.dumpstate import dumpstate_of
 
-__all__ = ["PHASES", "PhaseFigures", "PlacementReport", "run_placement_scenario"]
+__all__ = [
+    "PHASES",
+    "PhaseFigures",
+    "PlacementReport",
+    "placement_runtime",
+    "run_placement_scenario",
+    "small_workloads",
+]
 
 PHASES = ("fits", "overflow")
 _GIB = 1 << 30
@@ -189,7 +203,7 @@ def run_placement_scenario(
     events yet (the batch runtime's fleet is ``cpu-*``, the naive placer's, added after it,
     ``naive-*``); a scratch SQLite file when ``None``."""
     rng = Random(seed)
-    fits = _fits_burst(rng)
+    fits = small_workloads(rng)
     sizes = [rng.choice((1000, 2000, 3000)) for _ in range(_BURST)]
     overflow = [
         WorkloadRequest(id=f"over-{i:03}", cpu_milli=cpu, memory_bytes=_GIB)
@@ -219,15 +233,20 @@ def run_placement_scenario(
 # -- the bursts ----------------------------------------------------------------------------------
 
 
-def _fits_burst(rng: Random) -> list[WorkloadRequest]:
+def small_workloads(
+    rng: Random, *, count: int = _BURST, prefix: str = "fit"
+) -> list[WorkloadRequest]:
+    """``count`` workloads of 250–750 milli-CPU and 0.5–2 GiB, a quarter of them of priority 1,
+    named ``<prefix>-000``…: the ``fits`` burst (also the small workloads of the ``dst``
+    scenario's clients)."""
     return [
         WorkloadRequest(
-            id=f"fit-{i:03}",
+            id=f"{prefix}-{i:03}",
             cpu_milli=rng.choice((250, 500, 750)),
             memory_bytes=rng.choice((512, 1024, 1536, 2048)) * _MIB,
             priority=rng.choice((0, 0, 0, 1)),
         )
-        for i in range(_BURST)
+        for i in range(count)
     ]
 
 
@@ -283,6 +302,32 @@ def _fleet(store: EventStore, clock: ManualClock, prefix: str) -> NodeService:
     return service
 
 
+def placement_runtime(
+    store: EventStore,
+    nodes: NodeStreams,
+    pools: Sequence[Pool],
+    *,
+    machines: MachineRequester | None,
+    clock: Clock,
+    leadership: Leadership | None = None,
+    retry: RetryPolicy | None = None,
+) -> PlacementRuntime:
+    """The placement runtime as the simulator drives it: threadless (the scenario calls
+    ``step``), on the scenario's clock; with ``leadership`` its appends are fenced and its
+    placements recorded on the workloads' streams, as ``serve`` runs it beside other
+    controllers."""
+    return PlacementRuntime(
+        store,
+        nodes,
+        pools,
+        machines=machines,
+        clock=clock,
+        threads=False,
+        leadership=leadership,
+        retry=retry,
+    )
+
+
 def _batched(
     store: EventStore,
     fits: list[WorkloadRequest],
@@ -292,7 +337,7 @@ def _batched(
     clock = ManualClock(_EPOCH)
     nodes = _fleet(store, clock, _POOL.name)
     machines = _Provisioner()
-    runtime = PlacementRuntime(store, nodes, [_POOL], machines=machines, clock=clock, threads=False)
+    runtime = placement_runtime(store, nodes, [_POOL], machines=machines, clock=clock)
     with runtime:
         start = store.head()
         runtime.submit(fits)

@@ -71,24 +71,18 @@ from random import Random
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cluster import FakeCluster, Node, Pod, PodSpec
 from fleetledger.adapters.nodes import (
-    NODE_CODEC,
     Grant,
     MigratingPodMismatch,
     NodesRuntime,
-    node_of_stream,
     vm_annotations,
 )
 from fleetledger.domain import nodes
 from fleetledger.domain.nodes import (
     Bounds,
     ComputeUnit,
-    ControllerRestarted,
-    MigrationStarted,
     NodeConfig,
-    NodeEvent,
     NodeState,
     ReservePod,
-    ResourcesGranted,
     StartupRule,
     Unschedulable,
     VmPod,
@@ -96,9 +90,9 @@ from fleetledger.domain.nodes import (
 )
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.dumpstate import dumpstate_of
-from fleetledger.projections.nodes import NODE_EVENT_TYPE_NAMES
 
 from .logs import simulation_store
+from .node_checks import NodeLogChecks
 from .report import Checkpoint
 
 __all__ = [
@@ -512,8 +506,17 @@ class _VmCluster:
     def create_pod(self, spec: PodSpec) -> Pod:
         return self._cluster.create_pod(spec)
 
-    def delete_pod(self, name: str, *, uid: str | None = None) -> None:
-        self._cluster.delete_pod(name, uid=uid)
+    def delete_pod(
+        self,
+        name: str,
+        *,
+        namespace: str | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        self._cluster.delete_pod(
+            name, namespace=namespace, uid=uid, resource_version=resource_version
+        )
         self._bounds.pop(name, None)
 
     def ensure_priority_class(self, name: str, value: int, *, description: str) -> None:
@@ -562,55 +565,6 @@ class _Migrations:
 
     def finished(self, pod: str) -> None:
         self._moving.discard(pod)
-
-
-class _Checks:
-    """The run's log replayed from position 0 — decoded from its records, folded with the
-    domain's ``evolve`` — checking the decider's invariants event by event: no amount below
-    zero, no grant beyond capacity. Its states are what the log rebuilds."""
-
-    def __init__(self) -> None:
-        self.states: dict[str, NodeState] = {}
-        self.grants_short = 0
-        self.grants_beyond_capacity = 0
-        self.negative_values = 0
-        self.migrations_started = 0
-        self.restarts: list[ControllerRestarted] = []
-
-    def replay(self, store: EventStore) -> None:
-        after = 0
-        while True:
-            records = store.read_all(after=after, limit=_PAGE, types=list(NODE_EVENT_TYPE_NAMES))
-            for record in records:
-                node = node_of_stream(record.stream_id)
-                if node is not None:
-                    self._fold(node, NODE_CODEC.decode(record))
-            if len(records) < _PAGE:
-                return
-            after = records[-1].global_position
-
-    def _fold(self, node: str, event: NodeEvent) -> None:
-        before = self.states.get(node, nodes.initial_state())
-        after = nodes.evolve(before, event)
-        if isinstance(event, ResourcesGranted):
-            self._check_grant(before, after, event)
-        elif isinstance(event, MigrationStarted):
-            self.migrations_started += 1
-        elif isinstance(event, ControllerRestarted):
-            self.restarts.append(event)
-        self.negative_values += _negatives(after, _touched(event))
-        self.states[node] = after
-
-    def _check_grant(self, before: NodeState, after: NodeState, event: ResourcesGranted) -> None:
-        pod = before.vm_pods[event.pod]
-        if event.cpu_milli > pod.cpu.reserved and after.cpu.reserved > after.cpu.reservable:
-            self.grants_beyond_capacity += 1
-        if event.memory_slots > pod.memory.reserved and (
-            after.memory.reserved > after.memory.reservable
-        ):
-            self.grants_beyond_capacity += 1
-        if event.cpu_pressure or event.memory_pressure:
-            self.grants_short += 1
 
 
 # -- one run -------------------------------------------------------------------------------------
@@ -975,7 +929,7 @@ class _Run:
             if self.buffers_zero_at is None or self.restart_done_at is None
             else round(self.buffers_zero_at - self.restart_done_at, 3)
         )
-        checks = _Checks()
+        checks = NodeLogChecks()
         checks.replay(self.store)
         replayed, live = checks.states, self.runtime.service.hosted()
         # The first incarnation took the nodes over before any pod ran: nothing to assume then.
@@ -1024,39 +978,3 @@ def _fits(state: NodeState, spec: VmPodSpec, now: float) -> bool:
     except Unschedulable:
         return False
     return state.present
-
-
-def _touched(event: NodeEvent) -> set[str] | None:
-    """The pod an event is about, or ``None`` if it is about the whole node."""
-    pod = getattr(event, "pod", None)
-    return {pod} if isinstance(pod, str) else None
-
-
-def _negatives(state: NodeState, touched: set[str] | None) -> int:
-    """How many amounts of the node, or of its ``touched`` pods, are below zero.
-
-    The decider must never produce one; pods a decision did not touch cannot have changed.
-    """
-    amounts = [state.gpu_total, state.gpu_reserved, state.other_raw_cpu_milli]
-    amounts.append(state.other_raw_memory_bytes)
-    for resource in (state.cpu, state.memory):
-        amounts.extend(
-            (
-                resource.total,
-                resource.system,
-                resource.reserved,
-                resource.buffer,
-                resource.capacity_pressure,
-                resource.pressure_accounted_for,
-            )
-        )
-    pods = state.vm_pods.values() if touched is None else (state.vm_pods.get(n) for n in touched)
-    for pod in pods:
-        if pod is None:
-            continue
-        amounts.extend((pod.gpu, pod.cpu_accounted, pod.memory_accounted))
-        for held in (pod.cpu, pod.memory):
-            amounts.extend(
-                (held.min, held.use, held.max, held.reserved, held.buffer, held.capacity_pressure)
-            )
-    return sum(1 for amount in amounts if amount < 0)

@@ -32,8 +32,9 @@ only figure that varies between runs.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from random import Random
@@ -53,7 +54,7 @@ from fleetledger.eventstore import EventStore
 
 from .report import percentile
 
-__all__ = ["TestbedReport", "run_testbed_scenario"]
+__all__ = ["TestbedReport", "double_reservations", "run_testbed_scenario"]
 
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 _BED = "bed"
@@ -263,14 +264,24 @@ def _two_pod_slots(cluster: FakeCluster, state: testbed.TestbedState) -> set[int
 
 def _double_reservations(store: EventStore) -> int:
     """Reservations in the log of a slot still reserved for another pod."""
+    events = (TESTBED.codec.decode(r) for r in store.read_stream(testbed.stream_name(_BED)))
+    return len(double_reservations(events))
+
+
+def double_reservations(events: Iterable[testbed.TestbedEvent]) -> list[str]:
+    """One testbed's events in order: each reservation of a slot still reserved for another
+    pod, described (a slot held by two pods through the log)."""
     held: dict[tuple[str, int], str] = {}
-    doubled = 0
-    for record in store.read_stream(testbed.stream_name(_BED)):
-        event = TESTBED.codec.decode(record)
+    doubled: list[str] = []
+    for event in events:
         if isinstance(event, testbed.SlotReserved):
             key = (event.node, event.position_on_node)
-            if held.get(key, event.pod_name) != event.pod_name:
-                doubled += 1
+            holder = held.get(key, event.pod_name)
+            if holder != event.pod_name:
+                doubled.append(
+                    f"slot {event.slot_id} ({event.node}/{event.position_on_node}) reserved "
+                    f"for {event.pod_name} while {holder} held it"
+                )
             held[key] = event.pod_name
         elif isinstance(event, testbed.ReservationCleared):
             held.pop((event.node, event.position_on_node), None)
@@ -362,8 +373,11 @@ def _leaked(runtime: TestbedsRuntime, apps: FakeApplications) -> int:
     return leaked
 
 
-def run_testbed_scenario(seed: int, *, url: str | None = None) -> TestbedReport:
-    """Run the scenario on a scratch SQLite log (or the database at ``url``)."""
+def run_testbed_scenario(
+    seed: int, *, url: str | None = None, store: EventStore | None = None
+) -> TestbedReport:
+    """Run the scenario on a scratch SQLite log (or the database at ``url``, or ``store``:
+    an open store the caller owns, such as a fault-injecting one on a shared log)."""
     rng = Random(seed)
     watch = _Watch({job: rng.randint(2, 5) for job in _JOBS})
     clock = ManualClock(_EPOCH)
@@ -376,7 +390,9 @@ def run_testbed_scenario(seed: int, *, url: str | None = None) -> TestbedReport:
         priority_classes={_JOB_PRIORITY_CLASS: _JOB_PRIORITY},
     )
     apps = FakeApplications(cluster)
-    with simulation_store(url) as store:
+    with contextlib.ExitStack() as scope:
+        if store is None:
+            store = scope.enter_context(simulation_store(url))
         runtime = TestbedsRuntime(
             store,
             cluster,

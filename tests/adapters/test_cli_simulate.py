@@ -6,6 +6,8 @@ import contextlib
 import hashlib
 import io
 import json
+import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 import structlog
 
 from fleetledger.adapters.cli import EXIT_USAGE, SIMULATION_LOG, main
+from fleetledger.adapters.cli import simulate as simulate_cli
 from fleetledger.eventstore import open_store
 
 # The scenarios of node accounting, subnets and placement: each runs once for this module.
@@ -78,6 +81,121 @@ class TestSimulationLog:
         simulated("burst-vms", capsys)
 
         assert _head(url) == first > 0
+
+
+class TestLogCreation:
+    """./fleetledger-sim.db is created whole: a run killed at any moment never leaves a file
+    without the schema in its place."""
+
+    def test_a_new_log_holds_the_schema_before_anything_runs(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+
+        url = simulate_cli._fresh_simulation_log()
+
+        assert _head(url) == 0  # opens: the schema is at the code's revision
+        assert [p.name for p in tmp_path.iterdir()] == [SIMULATION_LOG]
+
+    def test_a_creation_interrupted_before_its_rename_leaves_no_log(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(os, "replace", _killed)
+
+        with pytest.raises(KeyboardInterrupt):
+            simulate_cli._fresh_simulation_log()
+
+        assert list(tmp_path.iterdir()) == []
+
+    def test_a_creation_interrupted_before_its_rename_keeps_the_previous_log(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The previous run's log stays whole and verifies."""
+        monkeypatch.chdir(tmp_path)
+        url = str(simulated("dst", capsys, "--seed", "2")["log_url"])
+        before = _head(url)
+        monkeypatch.setattr(os, "replace", _killed)
+
+        with pytest.raises(KeyboardInterrupt):
+            simulate_cli._fresh_simulation_log()
+
+        assert _head(url) == before > 0
+        assert main(["audit", "verify", "--url", url]) == 0
+        assert [p.name for p in tmp_path.iterdir()] == [SIMULATION_LOG]
+
+
+def _killed(*args: object) -> None:
+    raise KeyboardInterrupt  # the process is interrupted right before the rename
+
+
+class TestDst:
+    def test_one_seed_keeps_its_log(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--seed runs one seed on ./fleetledger-sim.db, reports its faults and no violation,
+        and the log verifies."""
+        monkeypatch.chdir(tmp_path)
+
+        report = simulated("dst", capsys, "--seed", "3")
+
+        assert (report["seed"], report["ok"], report["violations"]) == (3, True, [])
+        assert report["faults_injected"]
+        assert report["repro"] == "fleetledger simulate --scenario dst --seed 3"
+        assert main(["audit", "verify", "--url", report["log_url"]]) == 0
+
+    def test_many_seeds_report_faults_and_every_invariant(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--seeds N --seed-start S runs seeds S..S+N-1 on scratch logs (none left behind)."""
+        monkeypatch.chdir(tmp_path)
+
+        report = simulated("dst", capsys, "--seeds", "2", "--seed-start", "10")
+
+        assert (report["seeds_run"], report["first_seed"]) == (2, 10)
+        assert sum(report["faults_injected"].values()) > 0
+        assert set(report["violations"].values()) == {0}
+        assert {"lost", "duplicated", "stalled"} <= set(report["violations"])
+        assert list(tmp_path.iterdir()) == []
+
+    def test_a_failing_seed_prints_the_command_that_reproduces_it(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A seed cut short while its creates take far longer than the run leaves requests
+        stalled: exit 1, and the failing seed's line ends with its command."""
+        from fleetledger.adapters.simulator import dst
+
+        cut_short = dst.DstSettings(cloud_latency_seconds=600.0, drain_seconds=0.0)
+        monkeypatch.setattr(dst, "run_seeds", partial(dst.run_seeds, settings=cut_short))
+
+        assert main(["simulate", "--scenario", "dst", "--seeds", "1", "--seed-start", "7"]) == 1
+
+        out = capsys.readouterr().out
+        assert "violations: stalled" in out
+        assert out.rstrip().endswith("reproduce: fleetledger simulate --scenario dst --seed 7")
+
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            (["--scenario", "burst-vms", "--seeds", "2"], "dst scenario only"),
+            (["--scenario", "dst", "--seeds", "2", "--seed", "1"], "either --seed"),
+            (["--scenario", "dst", "--seed-start", "4"], "goes with --seeds"),
+            (["--scenario", "dst", "--seeds", "2", "--url", "sqlite:///x.db"], "scratch log"),
+            (["--scenario", "dst", "--compare", "naive"], "do not apply to dst"),
+        ],
+    )
+    def test_options_that_cannot_apply_are_refused(
+        self,
+        options: list[str],
+        message: str,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        monkeypatch.chdir(tmp_path)
+        assert main(["simulate", *options]) == EXIT_USAGE
+        assert message in capsys.readouterr().err
+        assert list(tmp_path.iterdir()) == []
 
 
 class TestScenarioLogs:
@@ -195,7 +313,9 @@ class TestCapabilityScenarios:
     def test_an_unknown_scenario_lists_every_name(self, capsys: pytest.CaptureFixture[str]) -> None:
         """A typo is answered with every scenario there is."""
         assert main(["simulate", "--scenario", "nosuch"]) == EXIT_USAGE
-        assert "burst-vms, burst-workloads, restart, subnet, testbed" in capsys.readouterr().err
+        assert (
+            "burst-vms, burst-workloads, dst, restart, subnet, testbed" in capsys.readouterr().err
+        )
 
 
 class TestRefusedOptions:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
 
 from fleetledger.adapters.simulator import VirtualTime
+from fleetledger.adapters.simulator.virtual_time import SimulationStuck
 from tests.adapters.machines.support import EPOCH
 
 
@@ -90,3 +92,93 @@ class TestVirtualTime:
 
         with pytest.raises(RuntimeError, match="bug in a task"):
             clock.settle()
+
+    def test_settle_raises_a_task_failure_once_and_names_its_owner(self) -> None:
+        """After the failure is raised, the other tasks go on being run."""
+        clock = VirtualTime(EPOCH)
+        done: list[str] = []
+
+        def broken() -> None:
+            raise RuntimeError("crash")
+
+        clock.runner("p1").submit(broken)
+        clock.runner("p2").submit(lambda: done.append("p2"))
+
+        with pytest.raises(RuntimeError):
+            clock.settle()
+        assert clock.failed_owner == "p1"
+        clock.settle()
+        assert done == ["p2"]
+
+    def test_a_zero_sleep_does_not_yield(self) -> None:
+        """Nothing can fall due in no time, so a task sleeping 0 s goes straight on."""
+        clock = VirtualTime(EPOCH)
+        steps: list[str] = []
+
+        def first() -> None:
+            steps.append("a")
+            clock.sleep(0)
+            steps.append("b")
+
+        clock.submit(first)
+        clock.submit(lambda: steps.append("other"))
+        clock.settle()
+
+        assert steps == ["a", "b", "other"]
+
+
+class TestAbandon:
+    def test_an_abandoned_owner_s_tasks_end_and_the_others_go_on(self) -> None:
+        """A crashed process's parked task unwinds without running on; its queued task never
+        starts; another process's parked task still wakes on time."""
+        clock = VirtualTime(EPOCH, max_concurrent=1)
+        steps: list[str] = []
+
+        def task(name: str) -> None:
+            steps.append(f"{name} starts")
+            clock.sleep(1)
+            steps.append(f"{name} wakes")
+
+        clock.runner("dead").submit(lambda: task("dead-1"))
+        clock.runner("dead").submit(lambda: task("dead-2"))
+        clock.settle()  # dead-1 parks; dead-2 waits for a free slot
+
+        assert clock.abandon("dead") == 2
+        clock.runner("alive").submit(lambda: task("alive"))
+        run_until_done(clock)
+
+        assert steps == ["dead-1 starts", "alive starts", "alive wakes"]
+        assert not clock.busy
+
+    def test_an_abandoned_owner_submits_nothing_more(self) -> None:
+        clock = VirtualTime(EPOCH)
+        clock.abandon("dead")
+        clock.runner("dead").submit(lambda: None)
+        assert not clock.busy
+
+
+class TestStuck:
+    def test_a_task_blocked_off_the_virtual_clock_is_reported(self) -> None:
+        """A task waiting on a real lock another parked task holds cannot be run past: after
+        ``stuck_after`` wall seconds settle says so instead of hanging."""
+        clock = VirtualTime(EPOCH, stuck_after=0.2)
+        lock = threading.Lock()
+        released = threading.Event()
+
+        def holder() -> None:
+            lock.acquire()  # and parks holding it
+            clock.sleep(1)
+
+        def waiter() -> None:
+            with lock:
+                released.set()
+
+        clock.submit(holder)
+        clock.submit(waiter)
+
+        with pytest.raises(SimulationStuck):
+            clock.settle()
+        lock.release()  # on the holder's behalf: the waiter ends, then the holder unwinds
+        assert released.wait(5)
+        clock.abandon("")
+        assert not clock.busy
