@@ -254,7 +254,10 @@ class TestInstalledWheel:
         [
             ["grouper", "--requests", "2000", "--repeat", "1"],
             ["placement", "--nodes", "20", "--batch", "10", "--url", "sqlite:///bench.db"],
-            ["reliability", "--requests", "20", "--url", "sqlite:///bench.db"],
+            [
+                *("reliability", "--requests", "20", "--url", "sqlite:///bench.db"),
+                *("--fuzz-inputs", "1", "--idle-connections", "2", "--seeds", "1"),
+            ],
         ],
         ids=lambda args: args[0],
     )

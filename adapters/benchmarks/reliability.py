@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -47,14 +48,23 @@ from fleetledger.adapters.cloud import (
 from fleetledger.adapters.http import create_app
 from fleetledger.adapters.http.limits import DEFAULT_MAX_BODY_BYTES
 from fleetledger.adapters.machines import MachinesRuntime
+from fleetledger.adapters.simulator.dst import DstReport, run_seeds
 from fleetledger.domain.machines import GrouperConfig
 from fleetledger.eventstore import EventStore, open_store
 from fleetledger.eventstore._engine import normalise_url
 
+from .edge_fuzz import IDLE_WAIT_SECONDS, fuzz_served, idle_connections_closed_at, serving
+from .partition import measure_partition
 from .scratch import scratch_database
 from .tcp_proxy import TcpProxy, proxied_url
 
-__all__ = ["HostileInput", "ReliabilityReport", "hostile_inputs", "run_reliability_bench"]
+__all__ = [
+    "HostileInput",
+    "ListenerEdges",
+    "ReliabilityReport",
+    "hostile_inputs",
+    "run_reliability_bench",
+]
 
 log = structlog.get_logger("bench.reliability")
 
@@ -107,6 +117,20 @@ class ReliabilityReport:
     stalled: int
     duplicated: int
     chain_ok: bool
+    listeners: ListenerEdges | None = None
+    """Every route of every listener fuzzed, and idle connections (None: not run)."""
+    simulation: DstReport | None = None
+    """The deterministic simulation's seeds (None: not run)."""
+    partition: Mapping[str, Any] | None = None
+    """A leader cut from the database while a burst goes to the follower (Postgres only)."""
+
+    @property
+    def server_errors(self) -> int:
+        return 0 if self.listeners is None else self.listeners.server_errors
+
+    @property
+    def partition_double_attempts(self) -> int | None:
+        return None if self.partition is None else int(self.partition["partition_double_attempts"])
 
     @property
     def passed(self) -> bool:
@@ -116,24 +140,47 @@ class ReliabilityReport:
             and self.stalled == 0
             and self.duplicated == 0
             and self.chain_ok
+            and (self.listeners is None or self.listeners.passed)
+            and (self.simulation is None or self.simulation.ok)
+            and not self.partition_double_attempts
         )
 
     def to_dict(self) -> dict[str, object]:
+        listeners, simulation = self.listeners, self.simulation
         return {
             "backend": self.backend,
             "seconds": round(self.seconds, 2),
-            "hostile_inputs": self.hostile_inputs,
+            # Per listener: the machines API's own kinds below, plus every route's fuzzing.
+            "hostile_inputs": self._inputs_per_listener(),
+            "hostile_input_kinds": self.hostile_inputs,
             "broken_rules": list(self.broken_rules),
+            "routes_fuzzed": None if listeners is None else listeners.routes_fuzzed,
+            "server_errors": self.server_errors,
+            "idle_connections_closed": None if listeners is None else listeners.idle_closed,
             "faults": self.faults,
+            "seeds_run": 0 if simulation is None else simulation.seeds_run,
+            "faults_injected": {} if simulation is None else dict(simulation.faults_injected),
+            "simulation_violations": {}
+            if simulation is None
+            else {k: n for k, n in simulation.violations.items() if n},
+            "partition_double_attempts": self.partition_double_attempts,
+            "partition": None if self.partition is None else dict(self.partition),
             "acknowledged": self.acknowledged,
             "refused_during_faults": self.refused_during_faults,
             "not_ready_during_outage": self.not_ready_during_outage,
-            "lost": self.lost,
-            "stalled": self.stalled,
-            "duplicated": self.duplicated,
+            "lost": self.lost + (0 if simulation is None else simulation.lost),
+            "stalled": self.stalled + (0 if simulation is None else simulation.stalled),
+            "duplicated": self.duplicated + (0 if simulation is None else simulation.duplicated),
             "chain_ok": self.chain_ok,
             "passed": self.passed,
         }
+
+    def _inputs_per_listener(self) -> dict[str, int]:
+        counts = {"api": sum(seen["tried"] for seen in self.hostile_inputs.values())}
+        if self.listeners is not None:
+            for listener, tried in self.listeners.hostile_inputs.items():
+                counts[listener] = counts.get(listener, 0) + tried
+        return counts
 
     def render(self) -> str:
         lines = [f"reliability on {self.backend} ({self.seconds:.1f} s)", "  hostile inputs"]
@@ -151,8 +198,57 @@ class ReliabilityReport:
             f"  stalled          {self.stalled} (target 0)",
             f"  duplicated       {self.duplicated} (target 0)",
             f"  audit verify     {'ok' if self.chain_ok else 'FAILED'}",
-            f"  {'PASSED' if self.passed else 'FAILED'}",
         ]
+        if self.listeners is not None:
+            lines.append(self.listeners.render())
+        if self.simulation is not None:
+            lines.append("  " + self.simulation.render().replace("\n", "\n  "))
+        if self.partition is None:
+            lines.append(
+                "  partition        not run (needs Postgres: SQLite has no connection to cut)"
+            )
+        else:
+            lines.append(
+                f"  partition        {self.partition_double_attempts} machine names attempted by "
+                f"both controllers (target 0); follower took over after "
+                f"{self.partition.get('takeover_seconds')} s"
+            )
+        lines.append(f"  {'PASSED' if self.passed else 'FAILED'}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListenerEdges:
+    """Hostile inputs at every route of every listener of a real ``serve``, and its idle
+    connections (see :mod:`.edge_fuzz`)."""
+
+    routes_fuzzed: int
+    hostile_inputs: Mapping[str, int]
+    server_errors: int
+    appended: int
+    serves_afterwards: bool
+    failures: tuple[str, ...]
+    idle_opened: int
+    idle_closed: int
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.server_errors == 0
+            and self.appended == 0
+            and self.serves_afterwards
+            and self.idle_closed == self.idle_opened
+        )
+
+    def render(self) -> str:
+        per = ", ".join(f"{name} {n}" for name, n in self.hostile_inputs.items())
+        lines = [
+            f"  routes fuzzed    {self.routes_fuzzed} ({per} hostile inputs): "
+            f"{self.server_errors} server errors, {self.appended} events appended (targets 0), "
+            f"serves afterwards: {'yes' if self.serves_afterwards else 'NO'}",
+            f"  idle sockets     {self.idle_closed} of {self.idle_opened} closed by the server",
+        ]
+        lines.extend(f"    FAILED: {failure}" for failure in self.failures)
         return "\n".join(lines)
 
 
@@ -213,12 +309,22 @@ def run_reliability_bench(
     connection_drops: int = 2,
     outage_seconds: float = 2.0,
     outcome_timeout: float = 30.0,
+    fuzz_inputs_per_route: int = 0,
+    idle_connections: int = 0,
+    seeds: int = 0,
+    partition: bool = False,
 ) -> ReliabilityReport:
-    """Run both phases on a scratch database beside ``url``; see the module docstring."""
+    """Run both phases on a scratch database beside ``url``; see the module docstring. Beyond
+    them: with ``fuzz_inputs_per_route`` every route of a real ``serve``'s listeners is fuzzed
+    and ``idle_connections`` sockets are left idle on it; ``seeds`` deterministic simulation
+    seeds run (each on a log of its own); with ``partition`` (Postgres) a leader is cut from
+    the database while a burst goes to the follower."""
     if requests < 1 or connection_drops < 0 or outage_seconds <= 0 or outcome_timeout <= 0:
         raise ValueError(
             "requests must be >= 1, connection_drops >= 0, outage_seconds and outcome_timeout > 0"
         )
+    if fuzz_inputs_per_route < 0 or idle_connections < 0 or seeds < 0:
+        raise ValueError("fuzz_inputs_per_route, idle_connections and seeds must be >= 0")
     started = time.perf_counter()
     ledger = _Ledger()
     with scratch_database(url) as scratch:
@@ -250,6 +356,19 @@ def run_reliability_bench(
             chain_ok = store.verify().ok
     creations = Counter(cloud.inner.creations)
     duplicated += sum(1 for count in creations.values() if count > 1)
+    listeners = (
+        _listener_edges(url, inputs_per_route=fuzz_inputs_per_route, idle=idle_connections)
+        if fuzz_inputs_per_route or idle_connections
+        else None
+    )
+    simulation = None
+    if seeds:
+        log.info("simulating seeds", seeds=seeds)
+        simulation = run_seeds(seeds)
+    partitioned = None
+    if partition and backend == "postgresql":
+        log.info("partitioning a leader from the database")
+        partitioned = measure_partition(url)
     report = ReliabilityReport(
         backend=backend,
         seconds=time.perf_counter() - started,
@@ -269,9 +388,40 @@ def run_reliability_bench(
         stalled=stalled,
         duplicated=duplicated,
         chain_ok=chain_ok,
+        listeners=listeners,
+        simulation=simulation,
+        partition=partitioned,
     )
     log.info("reliability bench done", **report.to_dict())
     return report
+
+
+def _listener_edges(url: str | None, *, inputs_per_route: int, idle: int) -> ListenerEdges:
+    """Every listener of one real ``serve`` fuzzed, then ``idle`` sockets left on its API."""
+    log.info("fuzzing every listener", inputs_per_route=inputs_per_route)
+    with serving(url) as served:
+        fuzzed = (
+            fuzz_served(served, inputs_per_route=inputs_per_route, rng=random.Random(1))
+            if inputs_per_route
+            else {}
+        )
+        closed = (
+            idle_connections_closed_at(
+                "127.0.0.1", served.api_port, connections=idle, wait=IDLE_WAIT_SECONDS
+            )
+            if idle
+            else {"idle_connections_closed": 0}
+        )
+    return ListenerEdges(
+        routes_fuzzed=int(fuzzed.get("routes_fuzzed", 0)),
+        hostile_inputs=dict(fuzzed.get("hostile_inputs", {})),
+        server_errors=int(fuzzed.get("server_errors", 0)),
+        appended=int(fuzzed.get("appended", 0)),
+        serves_afterwards=bool(fuzzed.get("serves_afterwards", True)),
+        failures=tuple(fuzzed.get("failures", ())),
+        idle_opened=idle,
+        idle_closed=int(closed["idle_connections_closed"]),
+    )
 
 
 # -- phase 1: hostile inputs -----------------------------------------------------------------------

@@ -6,7 +6,17 @@ from __future__ import annotations
 import argparse
 
 from fleetledger.adapters.cli.common import print_json
-from fleetledger.adapters.cli.options import Subcommands, add_json, add_url, database_url
+from fleetledger.adapters.cli.options import (
+    Subcommands,
+    add_json,
+    add_url,
+    count,
+    database_url,
+    finite_float,
+    name,
+    seconds,
+    seed,
+)
 from fleetledger.eventstore._engine import DATABASE_URL_ENV
 
 __all__ = [
@@ -27,7 +37,7 @@ def register(commands: Subcommands) -> None:
     store_parser = bench_commands.add_parser("store", help="appends and replay against raw psycopg")
     add_url(store_parser)
     add_json(store_parser)
-    store_parser.add_argument("--events", type=int, default=2000)
+    store_parser.add_argument("--events", type=count(maximum=10_000_000), default=2000)
     store_parser.set_defaults(run=store)
     _add_grouper(bench_commands)
     _add_serve(bench_commands)
@@ -50,28 +60,38 @@ def _add_extender(bench_commands: Subcommands) -> None:
         f"${DATABASE_URL_ENV}, else the Postgres at 127.0.0.1:5432; sqlite:///FILE measures "
         "SQLite)",
     )
-    parser.add_argument("--nodes", type=int, default=16, help="testbed nodes (default 16)")
-    parser.add_argument("--slots", type=int, default=4, help="slots per node (default 4)")
-    parser.add_argument("--clients", type=int, default=32, help="concurrent callers (default 32)")
     parser.add_argument(
-        "--seconds", type=float, default=10.0, help="timed seconds of each phase (default 10)"
+        "--nodes", type=count(maximum=100_000), default=16, help="testbed nodes (default 16)"
     )
     parser.add_argument(
-        "--warmup", type=float, default=2.0, help="warm-up seconds of each phase (default 2)"
+        "--slots", type=count(maximum=10_000), default=4, help="slots per node (default 4)"
+    )
+    parser.add_argument(
+        "--clients", type=count(maximum=10_000), default=32, help="concurrent callers (default 32)"
+    )
+    parser.add_argument(
+        "--seconds", type=seconds(), default=10.0, help="timed seconds of each phase (default 10)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=seconds(at_least=0),
+        default=2.0,
+        help="warm-up seconds of each phase (default 2)",
     )
     parser.add_argument(
         "--rate",
-        type=float,
+        type=finite_float(minimum=0, maximum=10_000_000, minimum_excluded=True),
         default=2000.0,
         help="calls per second offered in the latency phase (default 2000, the target)",
     )
     parser.add_argument(
         "--mix",
         default="80:10:10",
+        type=name,
         metavar="REASK:FIRST:PREEMPT",
         help="shares of re-asked filters, first filters and preemptions (default 80:10:10)",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0)
     add_json(parser)
     parser.set_defaults(run=extender)
 
@@ -81,10 +101,10 @@ def _add_nodes(bench_commands: Subcommands) -> None:
         "nodes", help="agent permit requests per second through the HTTP endpoint (Postgres)"
     )
     add_url(parser)
-    parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--pods", type=int, default=2000)
-    parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--nodes", type=count(maximum=100_000), default=100)
+    parser.add_argument("--pods", type=count(maximum=10_000_000), default=2000)
+    parser.add_argument("--clients", type=count(maximum=10_000), default=64)
+    parser.add_argument("--seconds", type=seconds(), default=10.0)
     add_json(parser)
     parser.set_defaults(run=nodes)
 
@@ -94,8 +114,8 @@ def _add_placement(bench_commands: Subcommands) -> None:
         "placement", help="planning and end-to-end placements per second over 1,000 nodes"
     )
     add_url(parser)
-    parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--nodes", type=count(maximum=100_000), default=1000)
+    parser.add_argument("--batch", type=count(), default=100)
     add_json(parser)
     parser.set_defaults(run=placement)
 
@@ -108,13 +128,46 @@ def _add_reliability(bench_commands: Subcommands) -> None:
     )
     add_url(parser)
     parser.add_argument(
-        "--requests", type=int, default=300, help="requests in the faulted bursts (default 300)"
+        "--requests",
+        type=count(),
+        default=300,
+        help="requests in the faulted bursts (default 300)",
     )
     parser.add_argument(
-        "--drops", type=int, default=2, help="connection cuts on Postgres (default 2)"
+        "--drops",
+        type=count(minimum=0, maximum=1000),
+        default=2,
+        help="connection cuts on Postgres (default 2)",
     )
     parser.add_argument(
-        "--outage-seconds", type=float, default=2.0, help="how long each cut lasts (default 2)"
+        "--outage-seconds",
+        type=seconds(at_most=3600),
+        default=2.0,
+        help="how long each cut lasts (default 2)",
+    )
+    parser.add_argument(
+        "--fuzz-inputs",
+        type=count(minimum=0, maximum=10_000),
+        default=40,
+        help="hostile inputs per route of every listener of a real serve (default 40; 0 skips)",
+    )
+    parser.add_argument(
+        "--idle-connections",
+        type=count(minimum=0, maximum=100_000),
+        default=2000,
+        help="idle sockets left on serve's API, all of which it must close (default 2000)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=count(minimum=0, maximum=1_000_000),
+        default=200,
+        help="deterministic simulation seeds, every capability under faults (default 200)",
+    )
+    parser.add_argument(
+        "--no-partition",
+        dest="partition",
+        action="store_false",
+        help="skip cutting a leader from the database (Postgres only; about a minute)",
     )
     add_json(parser)
     parser.set_defaults(run=reliability)
@@ -125,8 +178,15 @@ def _add_serve(bench_commands: Subcommands) -> None:
         "serve", help="machine-request POSTs per second through a real `serve` on loopback"
     )
     add_url(parser)
-    parser.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
-    parser.add_argument("--requests", type=int, default=6000, help="POSTs to time (default 6000)")
+    parser.add_argument(
+        "--clients", type=count(maximum=10_000), default=32, help="concurrent clients (default 32)"
+    )
+    parser.add_argument(
+        "--requests",
+        type=count(maximum=10_000_000),
+        default=6000,
+        help="POSTs to time (default 6000)",
+    )
     add_json(parser)
     parser.set_defaults(run=serve)
 
@@ -136,10 +196,12 @@ def _add_grouper(bench_commands: Subcommands) -> None:
         "grouper", help="the pure Grouper's decide throughput and batching vs the minimum"
     )
     add_json(parser)
-    parser.add_argument("--requests", type=int, default=10_000)
-    parser.add_argument("--templates", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=5, help="timed runs; the best is reported")
+    parser.add_argument("--requests", type=count(maximum=10_000_000), default=10_000)
+    parser.add_argument("--templates", type=count(maximum=100_000), default=5)
+    parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument(
+        "--repeat", type=count(maximum=1000), default=5, help="timed runs; the best is reported"
+    )
     parser.set_defaults(run=grouper)
 
 
@@ -191,6 +253,10 @@ def reliability(args: argparse.Namespace) -> int:
         requests=args.requests,
         connection_drops=args.drops,
         outage_seconds=args.outage_seconds,
+        fuzz_inputs_per_route=args.fuzz_inputs,
+        idle_connections=args.idle_connections,
+        seeds=args.seeds,
+        partition=args.partition,
     )
     if args.json:
         print_json(report.to_dict())

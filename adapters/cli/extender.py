@@ -90,7 +90,6 @@ def run(args: argparse.Namespace) -> int:
     from fleetledger.adapters.clock import SystemClock
     from fleetledger.adapters.heap import FrozenStartupHeap
     from fleetledger.adapters.http.limits import checked_max_body_bytes
-    from fleetledger.adapters.switching import ShortThreadSwitches
     from fleetledger.adapters.testbeds.service import TestbedsService
 
     try:
@@ -123,19 +122,13 @@ def run(args: argparse.Namespace) -> int:
             )
             settings.announce(listener)
             # The reads of start-up (the testbeds' streams) stay out of full collections, whose
-            # pauses (~100 ms about once a second under load) would set the tail; answers wait
-            # on the log's threads, so those get the interpreter back sooner.
-            tuning: list[FrozenStartupHeap | ShortThreadSwitches] = [
-                FrozenStartupHeap(),
-                ShortThreadSwitches(),
-            ]
-            for member in tuning:
-                member.start()
+            # pauses (~100 ms about once a second under load) would set the tail.
+            heap = FrozenStartupHeap()
+            heap.start()
             try:
                 GracefulServers([config]).run([listener])
             finally:
-                for member in reversed(tuning):
-                    member.stop()
+                heap.stop()
     finally:
         listener.close()
     return 0

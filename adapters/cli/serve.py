@@ -26,15 +26,29 @@ from typing import Any
 import structlog
 
 from fleetledger.adapters.cli.audit import add_key_options, read_key
-from fleetledger.adapters.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_USAGE
+from fleetledger.adapters.cli.common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    require_database,
+)
 from fleetledger.adapters.cli.options import (
     Subcommands,
     add_max_body_bytes,
     add_url,
+    count,
+    finite_float,
+    name,
     port_number,
+    seconds,
 )
-from fleetledger.adapters.cli.serve_capabilities import build_capabilities
-from fleetledger.eventstore import open_store
+from fleetledger.adapters.cli.serve_capabilities import (
+    LEADER_ELECTIONS,
+    build_capabilities,
+    build_lease,
+    fenced_cloud,
+)
+from fleetledger.eventstore import EventStore, open_store
 from fleetledger.eventstore._engine import resolve_url
 
 __all__ = ["ExtenderListener", "GracefulServers", "bind_listener", "register", "run"]
@@ -53,33 +67,41 @@ def register(commands: Subcommands) -> None:
         default="fake",
         help="fake (default), or a real Azure adapter configured by FLEETLEDGER_AZURE_* env vars",
     )
-    parser.add_argument("--grouper", default="default", help="grouper name (one stream per name)")
-    parser.add_argument("--idle-timeout", type=float, default=0.5, metavar="SECONDS")
-    parser.add_argument("--max-timeout", type=float, default=5.0, metavar="SECONDS")
-    parser.add_argument("--max-batch-size", type=int, default=50)
+    parser.add_argument(
+        "--grouper", type=name, default="default", help="grouper name (one stream per name)"
+    )
+    parser.add_argument(
+        "--idle-timeout", type=seconds(at_most=3600), default=0.5, metavar="SECONDS"
+    )
+    parser.add_argument("--max-timeout", type=seconds(at_most=3600), default=5.0, metavar="SECONDS")
+    parser.add_argument("--max-batch-size", type=count(), default=50)
     parser.add_argument(
         "--max-concurrent-batches",
-        type=int,
+        type=count(),
         metavar="BATCHES",
         help="batches executed at once, at most (default: $FLEETLEDGER_MAX_CONCURRENT_BATCHES, "
         "else 1200: the cloud's write budget, not this ceiling, paces them)",
     )
     parser.add_argument(
         "--write-rate",
-        type=float,
+        type=finite_float(minimum=0, maximum=1_000_000, minimum_excluded=True),
         metavar="WRITES_PER_SECOND",
         help="refill rate of the cloud write budget (default: $FLEETLEDGER_WRITE_RATE, else the "
         "cloud's documented one: 10/s for aks, 500/min for azure-vm, none for fake)",
     )
     parser.add_argument(
         "--write-burst",
-        type=int,
+        type=count(),
         metavar="WRITES",
         help="writes the budget allows at once (default: $FLEETLEDGER_WRITE_BURST, else 200, "
         "ARM's per-subscription write bucket)",
     )
     parser.add_argument(
-        "--fake-latency", type=float, default=2.0, metavar="SECONDS", help="fake cloud's latency"
+        "--fake-latency",
+        type=seconds(at_least=0, at_most=3600),
+        default=2.0,
+        metavar="SECONDS",
+        help="fake cloud's latency",
     )
     parser.add_argument(
         "--fake-cloud-file",
@@ -89,15 +111,34 @@ def register(commands: Subcommands) -> None:
     )
     parser.add_argument(
         "--lease-seconds",
-        type=float,
+        type=seconds(at_least=1, at_most=3600),
         default=10.0,
         metavar="SECONDS",
         help="how long a silent leader keeps the lease before another process takes over "
-        "(default 10)",
+        "(default 10); a leader that could not renew it stops calling the cloud and the "
+        "cluster a quarter of it earlier",
+    )
+    parser.add_argument(
+        "--leader-election",
+        choices=LEADER_ELECTIONS,
+        default="database",
+        help="where the leader lease is held: the database (default: an advisory lock on "
+        "Postgres, a lock file beside SQLite), or a Kubernetes Lease (coordination.k8s.io/v1)",
+    )
+    parser.add_argument(
+        "--lease-name",
+        metavar="NAME",
+        help="with --leader-election kubernetes: the Lease's name (default fleetledger)",
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        metavar="NAMESPACE",
+        help="with --leader-election kubernetes: the Lease's namespace (default: the pod's "
+        "own, else default)",
     )
     parser.add_argument(
         "--grace-seconds",
-        type=float,
+        type=seconds(at_least=0, at_most=3600),
         default=30.0,
         metavar="SECONDS",
         help="on SIGTERM, how long to finish requests and cloud calls in flight (default 30); "
@@ -120,6 +161,7 @@ def register(commands: Subcommands) -> None:
         "--subnet",
         action="append",
         default=[],
+        type=name,
         metavar="ID=CAPACITY",
         help="manage pod IPs of this subnet (repeatable), e.g. --subnet aks-pods=1024",
     )
@@ -127,6 +169,7 @@ def register(commands: Subcommands) -> None:
         "--pool",
         action="append",
         default=[],
+        type=name,
         metavar="NAME=VM_SIZE:CPU_MILLI:MEMORY_GIB[:STRATEGY]",
         help="a worker pool placement may grow (repeatable), e.g. "
         "--pool general=Standard_D4s_v5:4000:16; workloads need at least one. STRATEGY: binpack "
@@ -134,27 +177,27 @@ def register(commands: Subcommands) -> None:
     )
     parser.add_argument(
         "--placement-search-steps",
-        type=int,
+        type=count(minimum=0, maximum=1_000_000_000),
         metavar="STEPS",
         help="each placement plan's budget for packing overflow on the fewest new workers "
         "exactly (default 1000; 0: first-fit only; the plan reports its optimality gap)",
     )
     parser.add_argument(
         "--ipam-max-ips",
-        type=int,
+        type=count(maximum=250),
         metavar="IPS",
         help="the most pod IPs a node takes, 1-250 (default 250; a node joined with its own "
         "max pods uses the smaller)",
     )
     parser.add_argument(
         "--ipam-x-nsf",
-        type=float,
+        type=finite_float(minimum=1, maximum=1000),
         metavar="FACTOR",
         help="node safety factor of the pod-IP batch, >= 1 (seed 03's X_nsf)",
     )
     parser.add_argument(
         "--ipam-x-ssf",
-        type=float,
+        type=finite_float(minimum=0, maximum=1, minimum_excluded=True),
         metavar="FACTOR",
         help="subnet safety factor of the pod-IP batch, in (0, 1] (seed 03's X_ssf)",
     )
@@ -175,7 +218,7 @@ def register(commands: Subcommands) -> None:
     )
     parser.add_argument(
         "--anchor-every",
-        type=float,
+        type=seconds(at_most=365 * 24 * 3600),
         default=300.0,
         metavar="SECONDS",
         help="with --anchor-file: anchor this often (default 300), once elected and at stop",
@@ -208,6 +251,15 @@ def register(commands: Subcommands) -> None:
         "API's. Default: FLEETLEDGER_EXTENDER_TOKENS, comma-separated. The kube-scheduler sends "
         "none: use them behind a proxy that adds one",
     )
+    parser.add_argument(
+        "--extender-tls-cert",
+        metavar="FILE",
+        help="with --extender-port: serve the extender over TLS with this PEM certificate "
+        "(chain); with --extender-tls-key",
+    )
+    parser.add_argument(
+        "--extender-tls-key", metavar="FILE", help="the PEM private key of --extender-tls-cert"
+    )
     parser.set_defaults(run=run)
 
 
@@ -223,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
         MachinesRuntime,
         build_cloud,
     )
-    from fleetledger.adapters.runtime.leadership import Leadership, lease_for
+    from fleetledger.adapters.runtime.leadership import Leadership, default_holder
     from fleetledger.domain.errors import InvalidCommand
     from fleetledger.domain.machines import GrouperConfig
 
@@ -245,7 +297,15 @@ def run(args: argparse.Namespace) -> int:
             write_burst=args.write_burst,
             max_concurrent_batches=args.max_concurrent_batches,
         )
-        lease = lease_for(resolve_url(args.url), lease_seconds=args.lease_seconds)
+        holder = default_holder()
+        lease = build_lease(
+            resolve_url(args.url),
+            election=args.leader_election,
+            lease_seconds=args.lease_seconds,
+            holder=holder,
+            lease_name=args.lease_name,
+            lease_namespace=args.lease_namespace,
+        )
         tokens = ApiTokens(args.api_token) if args.api_token else ApiTokens.from_env()
         check_exposure(args.host, tokens, allow_open=args.insecure_no_auth)
         max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
@@ -265,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fleetledger: error: {binding}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        store = open_store(args.url)
+        store = _open_existing_store(args.url)
     except BaseException:
         for listener in binding:
             listener.close()
@@ -273,11 +333,16 @@ def run(args: argparse.Namespace) -> int:
         raise
     try:
         leadership = Leadership(
-            store, lease, clock=clock, check_interval=max(0.2, args.lease_seconds / 5)
+            store,
+            lease,
+            clock=clock,
+            holder=holder,
+            check_interval=max(0.2, args.lease_seconds / 5),
+            lease_seconds=args.lease_seconds,
         )
         runtime = MachinesRuntime(
             store,
-            choice.cloud,
+            fenced_cloud(choice.cloud, leadership),
             clock=clock,
             config=config,
             grouper_name=args.grouper,
@@ -318,6 +383,7 @@ def run(args: argparse.Namespace) -> int:
                 max_body_bytes=max_body_bytes,
                 routers=capabilities.routers,
                 companions=capabilities.runtimes,
+                readiness_checks=capabilities.readiness_checks,
             ),
             extender,
             capabilities.testbeds.service,
@@ -346,7 +412,11 @@ def _server_configs(
     extender's over the testbeds service (announced on its listener)."""
     import uvicorn
 
+    from fleetledger.adapters.http.listener import requires_tokens, uvicorn_settings
+
     grace = max(1, int(args.grace_seconds))
+    # The listeners share the process's file limit (adapters/http/listener.py).
+    shared = len(listeners)
     configs = [
         uvicorn.Config(
             api,
@@ -354,14 +424,24 @@ def _server_configs(
             port=args.port,
             timeout_graceful_shutdown=grace,
             log_config=None,
+            **uvicorn_settings(authenticated=requires_tokens(api), listeners=shared),
         )
     ]
     if extender is not None:
         configs.append(
-            extender.uvicorn_config(testbeds, max_body_bytes=max_body_bytes, grace=grace)
+            extender.uvicorn_config(
+                testbeds, max_body_bytes=max_body_bytes, grace=grace, listeners=shared
+            )
         )
         extender.announce(listeners[1])
     return configs
+
+
+def _open_existing_store(url: str | None) -> EventStore:
+    """The store at ``url``; a SQLite file that does not exist is refused rather than created
+    empty (serving it would fail on its schema anyway, and leave the file behind)."""
+    require_database(resolve_url(url))
+    return open_store(url)
 
 
 def _serve_anchor_signer(args: argparse.Namespace) -> Any:
@@ -434,11 +514,12 @@ def _bind_all(specs: list[tuple[str, int, str]]) -> list[socket.socket] | str:
 def _extender_settings(args: argparse.Namespace) -> Any:
     """The extender's listener settings, or None without ``--extender-port``; ValueError for
     extender options given without it, or an open extender beyond loopback."""
+    tls_given = args.extender_tls_cert is not None or args.extender_tls_key is not None
     if args.extender_port is None:
-        if args.extender_host is not None or args.extender_token:
+        if args.extender_host is not None or args.extender_token or tls_given:
             raise ValueError(
-                "--extender-host and --extender-token configure the extender: give "
-                "--extender-port too"
+                "--extender-host, --extender-token and --extender-tls-* configure the extender: "
+                "give --extender-port too"
             )
         return None
     if args.extender_port == args.port and args.port != 0:
@@ -450,6 +531,9 @@ def _extender_settings(args: argparse.Namespace) -> Any:
         args.extender_port,
         args.extender_token,
         allow_open=args.insecure_no_auth,
+        tls_cert=args.extender_tls_cert,
+        tls_key=args.extender_tls_key,
+        tls_flag="--extender-tls",
     )
 
 
@@ -472,26 +556,42 @@ class ExtenderListener:
     host: str
     port: int
     tokens: Any
+    tls: Any = None
+    """The certificate and key files (``adapters.http.listener.TlsFiles``), or None: plain HTTP."""
 
     @classmethod
     def from_options(
-        cls, host: str, port: int, given_tokens: list[str] | None, *, allow_open: bool
+        cls,
+        host: str,
+        port: int,
+        given_tokens: list[str] | None,
+        *,
+        allow_open: bool,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_flag: str = "--tls",
     ) -> ExtenderListener:
-        """Validated settings; ``ValueError`` for an unusable token or an open listener beyond
-        loopback without ``allow_open``."""
+        """Validated settings; ``ValueError`` for an unusable token or TLS file, or an open
+        listener beyond loopback (neither tokens nor TLS) without ``allow_open``."""
         from fleetledger.adapters.extender.server import check_extender_exposure, extender_tokens
+        from fleetledger.adapters.http.listener import TlsFiles
 
         if not host.strip():
             raise ValueError("the extender's host is empty; give an address such as 127.0.0.1")
         tokens = extender_tokens(given_tokens)
-        check_extender_exposure(host, tokens, allow_open=allow_open)
-        return cls(host, port, tokens)
+        tls = TlsFiles.from_options(tls_cert, tls_key, flag=tls_flag)
+        check_extender_exposure(host, tokens, allow_open=allow_open, tls=tls is not None)
+        return cls(host, port, tokens, tls)
 
-    def uvicorn_config(self, service: Any, *, max_body_bytes: int, grace: int) -> Any:
-        """The extender's server over ``service`` (a ``TestbedsService``)."""
+    def uvicorn_config(
+        self, service: Any, *, max_body_bytes: int, grace: int, listeners: int = 1
+    ) -> Any:
+        """The extender's server over ``service`` (a ``TestbedsService``), one of ``listeners``
+        in the process."""
         import uvicorn
 
-        from fleetledger.adapters.extender.server import create_extender_app
+        from fleetledger.adapters.extender.server import PUBLIC_PATHS, create_extender_app
+        from fleetledger.adapters.http.listener import uvicorn_settings
 
         return uvicorn.Config(
             create_extender_app(service, tokens=self.tokens, max_body_bytes=max_body_bytes),
@@ -499,6 +599,12 @@ class ExtenderListener:
             port=self.port,
             timeout_graceful_shutdown=grace,
             log_config=None,
+            **uvicorn_settings(
+                authenticated=self.tokens is not None,
+                public_paths=PUBLIC_PATHS,
+                listeners=listeners,
+                tls=self.tls,
+            ),
         )
 
     def announce(self, listener: socket.socket) -> None:
@@ -506,7 +612,7 @@ class ExtenderListener:
         port = listener.getsockname()[1]
         log.info(
             "serving the scheduler extender",
-            url=f"http://{self.host}:{port}",
+            url=f"{'http' if self.tls is None else 'https'}://{self.host}:{port}",
             auth=f"{len(self.tokens)} bearer token(s)" if self.tokens else "none (open)",
         )
 

@@ -5,14 +5,33 @@ Node accounting and the testbeds read one cluster gateway (``--cluster``): an em
 or the Kubernetes API, where the testbeds' jobs run as Spark or Flink applications in the
 testbeds' namespace. Every runtime follows the one leadership: only the elected process
 reconciles ghost pods or creates applications; every process answers reads (and the extender,
-whose reservations are appended with expected versions, not as duties)."""
+whose reservations are appended with expected versions, not as duties).
+
+Self-fencing: every side-effect port a runtime is given here — the cloud (:func:`fenced_cloud`,
+for the machines runtime ``serve`` builds), the cluster's writes, the applications — is wrapped
+in a guard that refuses the call once this process may no longer act on its lease (see
+:mod:`fleetledger.adapters.runtime.self_fencing`); the callers are unchanged.
+
+The lease itself (:func:`build_lease`) is the database's (an advisory lock on Postgres, a lock
+file beside SQLite) or, with ``--leader-election kubernetes``, a ``coordination.k8s.io/v1``
+Lease (:mod:`fleetledger.adapters.kubernetes.lease`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Capabilities", "build_capabilities"]
+__all__ = [
+    "LEADER_ELECTIONS",
+    "Capabilities",
+    "build_capabilities",
+    "build_lease",
+    "fenced_cloud",
+]
+
+LEADER_ELECTIONS = ("database", "kubernetes")
+"""What ``--leader-election`` takes: the database's lease, or a Kubernetes Lease."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +44,7 @@ class Capabilities:
     routers: list[Any]
     cluster: Any
     testbeds: Any
+    readiness_checks: list[Callable[[], Sequence[str]]]
 
 
 def build_capabilities(
@@ -41,6 +61,7 @@ def build_capabilities(
     search_steps: int | None = None,
 ) -> Capabilities:
     """The runtimes and routes served beside the machines API, on the process's leadership."""
+    from fleetledger.adapters.cluster import ClusterHealth
     from fleetledger.adapters.heap import FrozenStartupHeap
     from fleetledger.adapters.http.agents import agents_router
     from fleetledger.adapters.http.subnets import subnets_router
@@ -61,19 +82,23 @@ def build_capabilities(
         manage_leadership=False,
     )
     gateway, applications = _cluster(cluster, testbeds_namespace)
+    fenced_gateway, fenced_applications = _fenced(gateway, applications, leadership)
     nodes = NodesRuntime(
-        store, gateway, clock=clock, leadership=leadership, manage_leadership=False
+        store, fenced_gateway, clock=clock, leadership=leadership, manage_leadership=False
     )
     testbeds = TestbedsRuntime(
         store,
-        gateway,
-        applications,
+        fenced_gateway,
+        fenced_applications,
         clock=clock,
         leadership=leadership,
         manage_leadership=False,
         namespace=testbeds_namespace,
     )
     runtimes: list[Any] = [nodes, ipam, _ConfiguredSubnets(ipam, subnets), testbeds]
+    checks: list[Callable[[], Sequence[str]]] = []
+    if isinstance(gateway, ClusterHealth):
+        checks.append(gateway.problems)
     routers: list[Any] = [agents_router(nodes), subnets_router(ipam), testbeds_router(testbeds)]
     if pools:
         from fleetledger.adapters.http.workloads import workloads_router
@@ -87,9 +112,101 @@ def build_capabilities(
         )  # fmt: skip
         runtimes.append(placement)
         routers.append(workloads_router(placement))
+        checks.append(lambda: [f"duty stalled: {stall}" for stall in placement.stalls()])
     # Last, so that it freezes what every runtime loaded at start-up.
     runtimes.append(FrozenStartupHeap())
-    return Capabilities(runtimes=runtimes, routers=routers, cluster=gateway, testbeds=testbeds)
+    return Capabilities(
+        runtimes=runtimes,
+        routers=routers,
+        cluster=gateway,
+        testbeds=testbeds,
+        readiness_checks=checks,
+    )
+
+
+def fenced_cloud(cloud: Any, leadership: Any) -> Any:
+    """``cloud``, called only while ``leadership`` may act (unchanged without leadership)."""
+    from fleetledger.adapters.runtime.self_fencing import FencedCloud, SelfFence
+
+    if leadership is None:
+        return cloud
+    return FencedCloud(cloud, SelfFence(leadership))
+
+
+def _fenced(gateway: Any, applications: Any, leadership: Any) -> tuple[Any, Any]:
+    """The cluster gateway and the applications, written to only while the process may act."""
+    from fleetledger.adapters.runtime.self_fencing import (
+        FencedApplications,
+        FencedCluster,
+        SelfFence,
+    )
+
+    if leadership is None:
+        return gateway, applications
+    fence = SelfFence(leadership)
+    return FencedCluster(gateway, fence), FencedApplications(applications, fence)
+
+
+def build_lease(
+    url: str,
+    *,
+    election: str,
+    lease_seconds: float,
+    holder: str,
+    lease_name: str | None = None,
+    lease_namespace: str | None = None,
+) -> Any:
+    """The leader lease ``serve`` campaigns for; ``ValueError`` saying what to fix for an
+    unknown election, a lease name or namespace Kubernetes would refuse, or a Kubernetes
+    option given with the database's lease."""
+    from fleetledger.adapters.runtime.leadership import lease_for
+
+    if election not in LEADER_ELECTIONS:
+        raise ValueError(
+            f"--leader-election must be one of {', '.join(LEADER_ELECTIONS)}, not {election!r}"
+        )
+    if election == "database":
+        if lease_name is not None or lease_namespace is not None:
+            raise ValueError(
+                "--lease-name and --lease-namespace name a Kubernetes Lease: give "
+                "--leader-election kubernetes too"
+            )
+        return lease_for(url, lease_seconds=lease_seconds)
+    from fleetledger.adapters.kubernetes.lease import (
+        DEFAULT_LEASE_NAME,
+        KubernetesLease,
+        check_lease_name,
+        check_namespace,
+        pod_namespace,
+    )
+
+    name = check_lease_name(DEFAULT_LEASE_NAME if lease_name is None else lease_name)
+    namespace = check_namespace(pod_namespace() if lease_namespace is None else lease_namespace)
+    return KubernetesLease(
+        _kubernetes_api_client(),
+        name=name,
+        namespace=namespace,
+        holder=holder,
+        lease_seconds=lease_seconds,
+    )
+
+
+def _kubernetes_api_client() -> Any:
+    """A client of the Kubernetes API: the service account in a pod, else ~/.kube/config."""
+    from kubernetes import client, config
+
+    # The kubernetes client is untyped; these only read the service account or ~/.kube/config.
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        try:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError) as e:
+            raise ValueError(
+                f"--leader-election kubernetes needs the Kubernetes API: not in a pod, and no "
+                f"usable ~/.kube/config ({e})"
+            ) from e
+    return client.ApiClient()
 
 
 def _cluster(kind: str, namespace: str) -> tuple[Any, Any]:
@@ -111,7 +228,7 @@ def _cluster(kind: str, namespace: str) -> tuple[Any, Any]:
         config.load_kube_config()  # type: ignore[no-untyped-call]
     api_client = client.ApiClient()
     return (
-        KubernetesCluster(api_client).start(),
+        KubernetesCluster(api_client, namespace=namespace).start(),
         KubernetesApplications(api_client, namespace=namespace),
     )
 

@@ -55,14 +55,25 @@ class TestReliabilityBench:
     def test_the_json_keys_of_the_command(
         self, sqlite_url: str, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """``--json`` names the four figures the runbooks read."""
-        code = main(["bench", "reliability", "--url", sqlite_url, "--requests", "10", "--json"])
+        """``--json`` names the figures the runbooks read: hostile inputs per listener, every
+        route fuzzed, simulation seeds and their faults, idle sockets closed, and lost, stalled,
+        duplicated and server errors all 0."""
+        small = ["--requests", "10", "--fuzz-inputs", "2", "--seeds", "2"]
+        small += ["--idle-connections", "4"]
+        code = main(["bench", "reliability", "--url", sqlite_url, *small, "--json"])
 
         data = json.loads(capsys.readouterr().out)
         assert code == 0
         assert {"hostile_inputs", "faults", "lost", "stalled"} <= set(data)
-        assert (data["lost"], data["stalled"]) == (0, 0)
-        assert data["hostile_inputs"]["many_tags"]["tried"] == 1
+        assert (data["lost"], data["stalled"], data["duplicated"]) == (0, 0, 0)
+        assert data["server_errors"] == 0
+        assert data["hostile_input_kinds"]["many_tags"]["tried"] == 1
+        assert set(data["hostile_inputs"]) == {"api", "agents", "extender"}
+        assert all(n > 0 for n in data["hostile_inputs"].values())
+        assert data["routes_fuzzed"] > 10
+        assert (data["seeds_run"], data["idle_connections_closed"]) == (2, 4)
+        assert sum(data["faults_injected"].values()) > 0
+        assert data["partition_double_attempts"] is None  # SQLite: no connection to cut
 
     def test_the_hostile_inputs_cover_each_kind_asked_for(self) -> None:
         """NUL bytes, lone surrogates, NaN, a huge body, 10,000 tags, ids with / and ?, unicode
