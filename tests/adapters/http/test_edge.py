@@ -7,6 +7,8 @@ import re
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
 
 from fleetledger.adapters.http import edge
@@ -45,6 +47,35 @@ class TestLoads:
 
     def test_an_ordinary_body_parses(self) -> None:
         assert edge.loads(b'{"a": [1, 2.5, "x\\n", null]}') == {"a": [1, 2.5, "x\n", None]}
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=3), children, max_size=4)
+    ),
+    max_leaves=40,
+)
+
+
+class TestQuickCheck:
+    @given(value=_JSON, max_depth=st.integers(min_value=0, max_value=6))
+    def test_the_quick_check_refuses_exactly_what_the_located_one_does(
+        self, value: object, max_depth: int
+    ) -> None:
+        """The check every request runs (depths only) passes a body exactly when the walk that
+        names the offending place finds nothing: no fault slips through, none is made up."""
+        try:
+            edge._find_fault(value, max_depth)
+        except edge.EdgeError:
+            located = False
+        else:
+            located = True
+        assert edge._within_rule(value, max_depth) is located
 
 
 class TestCheckText:
