@@ -33,6 +33,9 @@ class Collector:
             )
         self.max_batch = max_batch
         self._backlog: deque[WorkloadRequest] = deque()
+        # A workload is queued once however many paths bring it (its submission, and the log
+        # read back by a leader that follows what other processes accepted).
+        self._queued: set[str] = set()
         self._arrived = threading.Condition()
         self._closed = False
 
@@ -41,13 +44,23 @@ class Collector:
             return len(self._backlog)
 
     def put(self, requests: Iterable[WorkloadRequest], *, first: bool = False) -> None:
-        """Queue ``requests`` (at the front with ``first``: requests a batch could not commit)."""
+        """Queue ``requests`` (at the front with ``first``: requests a batch could not commit);
+        one already queued stays where it is."""
         with self._arrived:
+            fresh = []
+            for request in requests:
+                if request.id not in self._queued:
+                    self._queued.add(request.id)
+                    fresh.append(request)
             if first:
-                self._backlog.extendleft(reversed(list(requests)))
+                self._backlog.extendleft(reversed(fresh))
             else:
-                self._backlog.extend(requests)
+                self._backlog.extend(fresh)
             self._arrived.notify_all()
+
+    def __contains__(self, request_id: object) -> bool:
+        with self._arrived:
+            return request_id in self._queued
 
     def discard(self, request_id: str) -> bool:
         """Drop a queued request; whether it was queued."""
@@ -55,6 +68,7 @@ class Collector:
             for request in self._backlog:
                 if request.id == request_id:
                     self._backlog.remove(request)
+                    self._queued.discard(request_id)
                     return True
         return False
 
@@ -79,5 +93,7 @@ class Collector:
 
     def _drain(self, batch: list[WorkloadRequest]) -> list[WorkloadRequest]:
         while self._backlog and len(batch) < self.max_batch:
-            batch.append(self._backlog.popleft())
+            request = self._backlog.popleft()
+            self._queued.discard(request.id)
+            batch.append(request)
         return batch

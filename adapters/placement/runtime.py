@@ -9,12 +9,16 @@
 
 Every workload accepted is in the log before ``submit`` returns, and ``start`` rebuilds the
 queue, the workers awaited and the answers from it, so a restart loses nothing acknowledged
-(:mod:`.service`). Any process may place: every reservation is appended with the node stream's
-expected version, so two placers can never overbook a node, they only conflict and re-plan. With a
+(:mod:`.service`). Between batches, every ``join_poll_seconds`` and at once when this process is
+elected, a leader catches up with the log (workloads other processes accepted are placed here
+too), and every runtime plans again the workloads whose worker's machine failed.
+
+Any process may place: every reservation is appended with the node stream's expected version,
+so two placers can never overbook a node, they only conflict and re-plan. With a
 ``leadership`` (run by the caller) appends made while leading carry the leader term and a
-deposed leader's appends are refused, and placements are recorded on the workloads' streams too
-(``record_placements``, on unless told otherwise), so two controllers never place one workload
-twice. ``threads=False`` wires the same without a thread: tests and the simulator call
+deposed leader's appends are refused, and placements are recorded on the workloads' streams
+too (``record_placements``, on unless told otherwise), so two controllers never place one
+workload twice. ``threads=False`` wires the same without a thread: tests and the simulator call
 :meth:`step`.
 
 A batch that fails goes back to the queue and is tried again, so a failure that never goes away
@@ -123,8 +127,12 @@ class PlacementRuntime:
         self.service.requeue = lambda requests: self.collector.put(requests, first=True)
         self._threads = threads
         self._join_poll = join_poll_seconds
+        self._follow_every = timedelta(seconds=join_poll_seconds)
         self._running = False
         self._recovered = False
+        self._leadership = leadership
+        self._followed_term: int | None = None
+        self._followed_at: datetime | None = None
         self._thread: threading.Thread | None = None
         self.reports: list[BatchReport] = []
         self._stall_failures = stall_failures
@@ -147,6 +155,8 @@ class PlacementRuntime:
         if not self._recovered:
             self.collector.put(self.service.recover())
             self._recovered = True
+            self._followed_term = self._leadership.term() if self._leadership else None
+            self._followed_at = self.clock.now()
         self._running = True
         if self._threads:
             self._thread = threading.Thread(
@@ -211,6 +221,7 @@ class PlacementRuntime:
         """Without threads: place everything queued (and what waits for joined workers)."""
         if not self._running:
             raise RuntimeStopped("the placement runtime is not running; start() it first")
+        self._follow(when_due=False)
         reports: list[BatchReport] = []
         while True:
             batch = self.collector.take_ready() or self.service.joined_waiting()
@@ -259,8 +270,33 @@ class PlacementRuntime:
             # Once per stall: the batch loop logs every retry.
             log.error("placement batches keep failing; readiness reports it", error=text)
 
+    def _follow(self, *, when_due: bool) -> None:
+        """Catch up with the log (:meth:`PlacementService.follow`): what other processes
+        accepted, placed or released, and which pending workers' machines failed — every
+        ``join_poll_seconds`` (``when_due``) or now, and at once when this process is elected.
+        A follower does not: it places what it accepted itself, and catches up once elected.
+        A runtime without a leadership is alone on the log: it only asks about its workers."""
+        term = None
+        if self._leadership is not None:
+            term = self._leadership.term()
+            if term is None:
+                return
+        elected = term != self._followed_term
+        now = self.clock.now()
+        last = self._followed_at
+        if when_due and not elected and last is not None and now - last < self._follow_every:
+            return
+        self._followed_at = now
+        alone = self._leadership is None
+        self.collector.put(self.service.follow(read_log=not alone, term_started=elected))
+        self._followed_term = term
+
     def _loop(self) -> None:
         while self._running:
+            try:
+                self._follow(when_due=True)
+            except PlacementError as e:
+                log.warning("could not catch up with the log; retrying", error=str(e))
             batch = self.collector.take(timeout=self._join_poll)
             if not batch and self._running and self.service.pending_workers():
                 batch = self.service.joined_waiting()

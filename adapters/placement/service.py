@@ -51,6 +51,13 @@ worker, with the capacity its waiting workloads take, is in the book again (and 
 request is sent again: the request id makes that a repeat for the Grouper, never a second
 machine); rejected and released → their answers.
 
+:meth:`~PlacementService.follow` keeps that up between batches: it folds the workload events
+appended since (by any process) and asks the Grouper about the pending workers' machines. A
+workload another process accepted is queued here too (a leader places what a follower or a dead
+process acknowledged), one another process answered is answered here, and a workload whose
+worker's machine failed — that worker will never join — is planned again, on a worker of
+another name (the failed name is retired from planning, so the new machine is a new request).
+
 Several processes may place on one log: node reservations conflict on expected versions, so a
 node is never overbooked; with ``record_placements`` neither is a workload placed twice.
 Without it, a process that restarts while another still holds the same workloads queued or
@@ -118,7 +125,7 @@ from .errors import (
     WorkloadConflict,
 )
 from .waiting import WaitingBook
-from .workloads import WorkloadLedger, read_workload, read_workloads
+from .workloads import WorkloadLedger, read_workload, read_workload_events
 
 __all__ = [
     "BatchReport",
@@ -136,9 +143,13 @@ WorkloadState = Literal["queued", "placed", "pending-provisioning", "rejected", 
 
 class MachineRequester(Protocol):
     """Where overflow asks for machines: the Grouper's service
-    (:class:`fleetledger.adapters.machines.MachineService`) or a fake."""
+    (:class:`fleetledger.adapters.machines.MachineService`) or a fake. ``status`` is a
+    request's ``(status, batch id)`` — ``"failed"`` once its machine will never come — or
+    ``None`` for an id never accepted."""
 
     def request(self, requests: Sequence[MachineRequest]) -> object: ...
+
+    def status(self, request_id: str) -> tuple[str, str] | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +266,8 @@ class PlacementService:
         self._requests: dict[str, WorkloadRequest] = {}
         self._waiting = WaitingBook(pools)
         self._ledger = WorkloadLedger()
+        self._followed = 0  # the log position :meth:`follow` has read workload events up to
+        self._retired: set[str] = set()  # pending workers whose machines failed
         self.requeue: Callable[[Sequence[WorkloadRequest]], None] | None = None
 
     @property
@@ -289,6 +302,7 @@ class PlacementService:
             known = dict(self._known)
             statuses = dict(self._worker_status)
             pending = self._waiting.workers()
+            retired = frozenset(self._retired)
         for name in self._nodes.hosted():
             stream = self._nodes.stream(name)
             version = stream.version
@@ -308,7 +322,7 @@ class PlacementService:
             status = statuses.get(name, "available")
             bases[name] = NodeBatch(state, version)
             workers.append(worker if status == "available" else replace(worker, status=status))
-        return Snapshot(workers=tuple(workers), pending=pending), bases
+        return Snapshot(workers=tuple(workers), pending=pending, retired=retired), bases
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -412,20 +426,34 @@ class PlacementService:
 
     def recover(self) -> list[WorkloadRequest]:
         """Rebuild what the log says about every workload (see the module docstring); the
-        workloads to queue again, in submission order. Run it once, before the first batch,
-        with the node streams hosted (placements are found there)."""
-        try:
-            folded = read_workloads(self._store)
-        except StoreUnavailable as e:
-            raise LogUnavailable(f"could not read the workloads back: {e}") from e
-        placed = {rid for rid in folded if self._nodes.node_of(rid) is not None}
-        recovery = workloads.recover(
-            {rid: state for rid, (_, state) in folded.items()}, placed=placed, pools=self._pools
-        )
+        workloads to queue again, in submission order. Run it before the first batch, with the
+        node streams hosted (placements are found there)."""
+        return self.follow(term_started=True)
+
+    def follow(self, *, read_log: bool = True, term_started: bool = False) -> list[WorkloadRequest]:
+        """Catch up with the log: fold the workload events appended since the last call, by
+        this process or any other (unless not ``read_log``: a process alone on the log has
+        nothing to learn there), and ask which pending workers' machines failed. When
+        another process moved a workload (submitted one to it, placed, released it), a worker
+        failed or a term starts (``term_started``: this process was just elected, or starts),
+        every workload is sorted again as a restart sorts them, and the book of pending workers
+        is rebuilt from the log; the workloads to queue (again). Run it between batches.
+
+        A workload whose worker's machine failed is planned again, never on a worker of that
+        name (:attr:`Snapshot.retired`), so its machine request is a new one.
+        """
+        moved = self._fold_log() if read_log else False
+        failed = self._failed_machines()
+        if not (moved or failed or term_started):
+            return []
+        with self._lock:
+            states = self._ledger.states()
+            retired = frozenset(self._retired)
+        on_nodes = {rid for rid in states if self._nodes.node_of(rid) is not None}
+        recovery = workloads.recover(states, placed=on_nodes, pools=self._pools, failed=retired)
         worker_of_request = {rid: p.name for p in recovery.pending for rid in p.request_ids}
         with self._lock:
-            for rid, (version, state) in folded.items():
-                self._ledger.put(rid, version, state)
+            known_workers = {w.name for w in self._waiting.workers()}
             for request in recovery.queued:
                 self._requests[request.id] = request
                 self._statuses[request.id] = WorkloadStatus(request.id, "queued")
@@ -434,24 +462,82 @@ class PlacementService:
                 self._statuses[rid] = WorkloadStatus(
                     rid, "pending-provisioning", worker=worker_of_request[rid]
                 )
+            self._waiting = WaitingBook(self._pools)
             self._waiting.restore(recovery.pending)
             for rid, reason in recovery.rejected.items():
                 self._statuses[rid] = WorkloadStatus(rid, "rejected", reason=reason)
+                self._requests.pop(rid, None)
             for rid in recovery.released:
                 self._statuses[rid] = WorkloadStatus(rid, "released")
+                self._requests.pop(rid, None)
+            for rid, state in states.items():
+                if state.phase == "placed":
+                    self._statuses[rid] = WorkloadStatus(rid, "placed", node=state.node)
+                    self._requests.pop(rid, None)
             self._lock.notify_all()
         present = {name for name, state in self._nodes.hosted().items() if state.present}
-        # The batch that recorded them may have stopped before asking for their machines.
-        self._provision([(p.name, p.pool) for p in recovery.pending if p.name not in present])
+        # The batch that recorded a waiting workload may have stopped before asking for its
+        # machine: a new term asks for every pending worker again (a repeat under the same
+        # request id), otherwise only for the ones this process had not counted yet.
+        self._provision(
+            [
+                (p.name, p.pool)
+                for p in recovery.pending
+                if p.name not in present and (term_started or p.name not in known_workers)
+            ]
+        )
         log.info(
-            "workloads recovered from the log",
+            "workloads recovered from the log" if term_started else "workloads followed",
             queued=len(recovery.queued),
             waiting=len(recovery.waiting),
             pending_workers=len(recovery.pending),
             rejected=len(recovery.rejected),
             released=len(recovery.released),
+            failed_workers=len(retired),
         )
         return list(recovery.queued)
+
+    def _fold_log(self) -> bool:
+        """Fold the workload events appended since the last call; whether any moved a workload
+        this process had not moved itself."""
+        moved = False
+        gaps: set[str] = set()
+        try:
+            for page in read_workload_events(self._store, after=self._followed):
+                with self._lock:
+                    for record in page:
+                        try:
+                            moved = self._ledger.fold(record) is not None or moved
+                        except LookupError as e:
+                            gaps.add(str(e.args[0]))
+                self._followed = page[-1].global_position
+            for workload_id in gaps:
+                version, state = read_workload(self._store, workload_id)
+                with self._lock:
+                    self._ledger.put(workload_id, version, state)
+        except StoreUnavailable as e:
+            raise LogUnavailable(f"could not read the workloads back: {e}") from e
+        return moved or bool(gaps)
+
+    def _failed_machines(self) -> list[str]:
+        """Pending workers whose machines failed, newly noticed: retired from the book's names."""
+        if self._machines is None:
+            return []
+        with self._lock:
+            names = [w.name for w in self._waiting.workers() if w.name not in self._retired]
+        failed = []
+        for name in names:
+            status = self._machines.status(_request_id(name))
+            if status is not None and status[0] == "failed":
+                failed.append(name)
+        if failed:
+            log.warning(
+                "machines asked for overflow failed; their workloads are planned again",
+                workers=failed,
+            )
+            with self._lock:
+                self._retired.update(failed)
+        return failed
 
     def status(self, workload_id: str) -> WorkloadStatus:
         """Where ``workload_id`` stands; :class:`UnknownWorkload` if nowhere."""
@@ -951,7 +1037,7 @@ class PlacementService:
                 machine_name=name,
                 template=pools[pool].template,
                 tags={"fleetledger-pool": pool},
-                request_id=f"placement-{name}",
+                request_id=_request_id(name),
             )
             for name, pool in workers
             if pool in pools
@@ -992,6 +1078,11 @@ class PlacementService:
                 self._statuses[request.id] = WorkloadStatus(request.id, "queued")
         if self.requeue is not None:
             self.requeue(requests)
+
+
+def _request_id(worker: str) -> str:
+    """The machine request of an overflow worker: one per name, so asking again is a repeat."""
+    return f"placement-{worker}"
 
 
 def _unique(requests: Sequence[WorkloadRequest]) -> list[WorkloadRequest]:

@@ -5,12 +5,13 @@ Each workload submitted for placement has a ``workload-<id>`` stream
 streams it keeps in a :class:`WorkloadLedger` and appends what they decide with the stream's
 version as the expected version, together with whatever else the same step writes (a batch's
 node reservations, a release's ``PodDeleted``), so each step is one transaction.
-:func:`read_workloads` folds every workload stream from the log for a restart.
+:func:`read_workload_events` pages through them for a restart, and for a leader following
+what other processes recorded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from fleetledger.adapters.runtime import EventCodec, Writer, events_of
 from fleetledger.domain.placement import Workload, WorkloadCommand, WorkloadEvent, workloads
@@ -20,6 +21,7 @@ __all__ = [
     "WORKLOAD_CODEC",
     "WorkloadLedger",
     "read_workload",
+    "read_workload_events",
     "read_workloads",
 ]
 
@@ -53,6 +55,31 @@ class WorkloadLedger:
         """What the log holds for the workload (read back after another writer moved it)."""
         if version >= self.get(workload_id)[0]:
             self._known[workload_id] = (version, state)
+
+    def items(self) -> dict[str, tuple[int, Workload]]:
+        """``{id: (version, state)}`` of every known workload."""
+        return dict(self._known)
+
+    def states(self) -> dict[str, Workload]:
+        """Every known workload's state, in the order the workloads were first recorded."""
+        return {rid: state for rid, (_, state) in self._known.items()}
+
+    def fold(self, record: RecordedEvent) -> str | None:
+        """Fold ``record``, read from the log in position order, into its workload's stream;
+        the workload's id if it moved the ledger (``None``: not a workload event, or one this
+        process appended and already knows). A record past the next version means the ledger
+        missed one: ``LookupError`` (read the stream back whole)."""
+        workload_id = workloads.workload_of_stream(record.stream_id)
+        if workload_id is None:
+            return None
+        version, state = self.get(workload_id)
+        if record.stream_version <= version:
+            return None
+        if record.stream_version != version + 1:
+            raise LookupError(workload_id)
+        event = WORKLOAD_CODEC.decode(record)
+        self._known[workload_id] = (record.stream_version, workloads.evolve(state, event))
+        return workload_id
 
     def decide(
         self, workload_id: str, commands: Sequence[WorkloadCommand]
@@ -105,27 +132,23 @@ def read_workload(store: EventStore, workload_id: str) -> tuple[int, Workload]:
             return version, state
 
 
-def read_workloads(store: EventStore) -> dict[str, tuple[int, Workload]]:
-    """Every workload stream folded from the log, in the order the workloads were first
-    submitted: ``{id: (version, state)}``."""
-    folded: dict[str, tuple[int, Workload]] = {}
-    after = 0
+def read_workload_events(store: EventStore, *, after: int) -> Iterator[list[RecordedEvent]]:
+    """The workload events after log position ``after``, a page at a time, in position order."""
     types = WORKLOAD_CODEC.type_names()
     while True:
         records = store.read_all(after=after, limit=_PAGE, types=types)
-        for record in records:
-            _fold_into(folded, record)
+        if records:
+            yield records
         if len(records) < _PAGE:
-            return folded
+            return
         after = records[-1].global_position
 
 
-def _fold_into(folded: dict[str, tuple[int, Workload]], record: RecordedEvent) -> None:
-    workload_id = workloads.workload_of_stream(record.stream_id)
-    if workload_id is None:
-        return
-    _, state = folded.get(workload_id, (0, workloads.initial_state()))
-    folded[workload_id] = (
-        record.stream_version,
-        workloads.evolve(state, WORKLOAD_CODEC.decode(record)),
-    )
+def read_workloads(store: EventStore) -> dict[str, tuple[int, Workload]]:
+    """Every workload stream folded from the log, in the order the workloads were first
+    submitted: ``{id: (version, state)}``."""
+    ledger = WorkloadLedger()
+    for page in read_workload_events(store, after=0):
+        for record in page:
+            ledger.fold(record)
+    return ledger.items()

@@ -30,8 +30,9 @@ command a failing seed prints). Each seed is one small world on virtual time
 - the **faults** of :mod:`~fleetledger.adapters.simulator.faults`, drawn from the seed;
 - every ``testbed_every``-th seed, the **slot testbeds**: the ``testbed`` scenario
   (:mod:`~fleetledger.adapters.simulator.testbed`: jobs on slots through the extender) runs on the
-  same log afterwards, its commits under lost replies. It drives its runtime on a manual clock of
-  its own, so crashes and leader changes do not reach it (yet).
+  same log afterwards, its controller as processes on a lease that crash inside group commits and
+  between passes and lose their lease to another process, and its commits under lost replies
+  (drawn from the seed; it drives its processes on a manual clock of its own).
 
 After the run the log is checked from position 0 (:func:`check_log`): every acknowledged request
 has exactly one outcome (none: ``lost`` if the log never had it, ``stalled`` if it is still
@@ -43,9 +44,9 @@ the node accounting, the subnets and placement's workloads rebuilt from position
 ones (the dumpstate's
 SHA-256), and the hash chain verifies (``audit verify``).
 
-Two placement bugs the sweep found are stepped around by default, each by a setting that names
-it (:class:`DstSettings`: ``placement_worker_faults`` off, ``restart_placement_on_election`` on)
-and a test that shows it with the setting the other way.
+The sweep found two placement bugs, both fixed and each pinned by a seed in the tests: a worker
+whose machine failed stranded the workloads waiting for it (seed 11), and a process elected again
+knew none of the workloads submitted to another leader meanwhile (seed 132).
 
 Everything but wall time is a function of the seed: the same seed gives the same faults, the same
 log (up to its recorded wall-clock times) and the same result.
@@ -95,6 +96,7 @@ from fleetledger.projections.machine_requests import MachineRequestsProjection
 from fleetledger.projections.nodes import dump_json
 
 from .faults import (
+    CommitFault,
     ControllerCrashed,
     FaultKind,
     FaultSchedule,
@@ -105,7 +107,7 @@ from .faults import (
 from .logs import simulation_store
 from .node_checks import NodeLogChecks
 from .placement import placement_runtime, small_workloads
-from .testbed import double_reservations, run_testbed_scenario
+from .testbed import ControllerFaults, double_reservations, run_testbed_scenario
 from .virtual_time import VirtualTime
 
 __all__ = [
@@ -228,20 +230,6 @@ class DstSettings:
     elects them as they stand (a leader elected within its follower's lag): a stale grouper's
     first duty append then meets ``DuplicateEventId`` (seed 17), which the host does not treat
     as a version conflict — see the simulator's report."""
-    placement_worker_faults: bool = False
-    """Let the create-call faults that fail machines (``throttle``, ``timeout``,
-    ``reply_lost``) strike calls carrying placement's overflow workers. Off because of a bug in
-    placement: it never learns that a worker's machine failed (its machine request is fire and
-    forget, and asking again under the same request id gets the first, failed, outcome), so the
-    workloads waiting for that worker wait for ever — ``stalled`` (seed 11 shows it)."""
-    restart_placement_on_election: bool = True
-    """Give a process a placement runtime rebuilt from the log each time it is elected, as
-    though it restarted. On because of a bug in placement: a ``PlacementRuntime`` reads its
-    workloads from the log once, at start, and never follows it, so a process elected again
-    after another one led (a leader change, then the new leader's crash) knows none of the
-    workloads submitted to the other meanwhile: they stay queued, or wait for a worker that
-    joined, for ever — ``stalled``, and its ``status`` calls them unknown (seeds 95, 132, 169).
-    """
     testbed_every: int = 8
     """Every this many seeds (those divisible by it) also run the slot testbeds' scenario on
     the seed's log afterwards, under lost commit replies (0: never)."""
@@ -757,8 +745,6 @@ class _Process:
         )
         self._clock = world.time
         self.placement = self._new_placement()
-        self.placement_term: int | None = None
-        """The term the placement runtime was (re)built for (see ``placement_for_term``)."""
         self.subnet_ready = False
         self.reported: dict[str, tuple[int, tuple[str, ...]]] = {}
         self.alive = True
@@ -778,16 +764,6 @@ class _Process:
             retry=_RETRY,
         )
 
-    def placement_for_term(self) -> PlacementRuntime:
-        """The placement runtime, rebuilt from the log the first time it is used in a new
-        term, as though the process restarted when elected (see
-        ``DstSettings.restart_placement_on_election``)."""
-        term = self.leadership.term()
-        if term is not None and term != self.placement_term:
-            self.placement_term = term
-            self.placement = self._new_placement().start()
-        return self.placement
-
     def start(self) -> None:
         self.machines.start()
         self.nodes.start()
@@ -795,8 +771,6 @@ class _Process:
         # As ``serve`` runs it: started with the others, rebuilding its workloads from the log.
         self.placement.start()
         self.leadership.step()
-        # Elected at start, it has just read the log: nothing to rebuild for this term.
-        self.placement_term = self.leadership.term()
 
     def follow(self) -> None:
         """What a follower's log follower thread does (threadless here): its grouper and read
@@ -832,7 +806,6 @@ class _World:
             self.fake,
             plan.schedule,
             self.injected,
-            spared_prefixes=() if settings.placement_worker_faults else (f"{WORKER_POOL.name}-",),
         )
         server = FakeCluster(
             [
@@ -1027,7 +1000,7 @@ class _World:
         answered = False
         if leader is not None:
             try:
-                answered = self.guarded(leader, lambda: self._placement(leader).submit(workloads))
+                answered = self.guarded(leader, lambda: leader.placement.submit(workloads))
             except (LogUnavailable, RuntimeStopped) as e:
                 log.info("dst: workloads not accepted; sending again", error=str(e))
         if answered:
@@ -1043,40 +1016,25 @@ class _World:
         leader = self.leader
         if leader is not None:
             try:
-                self.guarded(leader, lambda: self._placement(leader).step())
+                self.guarded(leader, leader.placement.step)
             except PlacementError as e:
                 log.info("dst: placement batch failed; the next round retries", error=str(e))
         if self.time.now() < self._recurring_until() or self._placement_open():
             self.schedule(self.time.now() + timedelta(seconds=_PLACEMENT_SECONDS), "placement")
 
-    def _placement(self, process: _Process) -> PlacementRuntime:
-        if self.settings.restart_placement_on_election:
-            return process.placement_for_term()
-        return process.placement
-
     def _placement_open(self) -> bool:
         """Whether placement still has work the run should wait for: workloads queued, or
-        waiting for workers whose machines have not failed (a failed one never joins: what waits
-        for it is stalled, and waiting on changes nothing). Until the drain deadline."""
+        waiting for workers (one whose machine failed is noticed by the next batch round, which
+        plans its workloads again). Until the drain deadline."""
         leader = self.leader
         if leader is None:
             return bool(self.workloads_acknowledged)
         try:
-            placement = self._placement(leader)
+            placement = leader.placement
         except ControllerCrashed as crash:
             self.crash(leader, crash.kind)
             return True
-        if len(placement.collector):
-            return True
-        failed = self._failed_workers()
-        return any(w.name not in failed for w in placement.service.pending_workers())
-
-    def _failed_workers(self) -> set[str]:
-        return {
-            r.data["request_id"].removeprefix(_WORKER_REQUEST_PREFIX)
-            for r in self._reader.read_all(after=0, types=("vm.MachineFailed",))
-            if r.data["request_id"].startswith(_WORKER_REQUEST_PREFIX)
-        }
+        return bool(len(placement.collector) or placement.service.pending_workers())
 
     def _join_workers(self) -> None:
         """Workers placement asked for join the cluster once the log shows their machines
@@ -1218,7 +1176,7 @@ class _World:
             requests=dict(leader.machines.projection.views()),
             nodes_projection={**leader.nodes.dump(), "subnets": subnets},
             nodes_hosted=dumpstate_of(leader.nodes.service.hosted(), {}, position=position),
-            workloads=_statuses(self._placement(leader).service, read_workloads(store)),
+            workloads=_statuses(leader.placement.service, read_workloads(store)),
         )
 
     def close(self) -> None:
@@ -1518,24 +1476,44 @@ def _outcomes(store: EventStore) -> dict[str, str]:
     return {k: v.status for k, v in sorted(projection.views().items())}
 
 
+_TESTBED_SETUP_COMMITS = 10
+"""Commits the testbed scenario's definitions take (a testbed, three jobs, a scheduling, with
+room to spare): a client's requests, before the controller's own work the faults aim at."""
+
+
 def _run_testbeds(seed: int, url: str, injected: Counter[str]) -> tuple[Violation, ...]:
     """The testbed scenario (:mod:`.testbed`: jobs on slots through the extender) on the seed's
-    log, its commits under lost replies drawn from the seed. Its runtime is driven pass by pass
-    on a manual clock of its own, so the crash faults (which need the world's processes) are not
-    injected there."""
+    log, under faults drawn from the seed: lost commit replies and controller crashes inside a
+    group commit (after the scenario's own definitions, which are a client's requests), and
+    crashes and leader changes between the controller's passes. Its processes are driven pass
+    by pass on a manual clock of the scenario's own."""
     rng = Random(f"{seed}:testbeds")
+    commit_faults: tuple[CommitFault, ...] = (
+        "commit_reply_lost",
+        "crash_in_commit",
+        "crash_after_commit",
+    )
     schedule = FaultSchedule(
         seed=seed,
         cloud_calls={},
-        commits={rng.randint(1, 60): "commit_reply_lost" for _ in range(rng.randint(0, 3))},
+        commits={
+            rng.randint(_TESTBED_SETUP_COMMITS + 1, 80): rng.choice(commit_faults)
+            for _ in range(rng.randint(0, 3))
+        },
         machines={},
         timed=(),
+    )
+    faults = ControllerFaults(
+        crashes=frozenset(rng.sample(range(2, 30), rng.randint(0, 2))),
+        leader_changes=frozenset(rng.sample(range(2, 30), rng.randint(0, 2))),
     )
     backend = FaultyBackend(url, schedule=schedule, injected=injected, counter=[0])
     backend.check_schema()
     store = EventStore(backend)
     try:
-        report = run_testbed_scenario(seed, store=store)
+        report = run_testbed_scenario(seed, store=store, faults=faults)
+        injected["testbed_crash"] += report.controller_crashes
+        injected["testbed_leader_change"] += report.leader_changes
         events = [TESTBED.codec.decode(r) for r in store.read_stream(testbed.stream_name("bed"))]
     except Exception as e:  # a bug the runtime let escape
         log.exception("dst testbeds raised", seed=seed)
@@ -1549,6 +1527,14 @@ def _run_testbeds(seed: int, url: str, injected: Counter[str]) -> tuple[Violatio
                 "slot_held_twice",
                 f"{report.slots_held_by_two_pods - len(violations)} slot(s) had two pods in "
                 "the cluster at once",
+            )
+        )
+    if report.applications_leaked:
+        violations.append(
+            Violation(
+                "leaked",
+                f"{report.applications_leaked} application(s) left behind for jobs released or "
+                "finished",
             )
         )
     if report.deadlocked_schedulings:

@@ -100,7 +100,6 @@ CommitFault = Literal["crash_in_commit", "crash_after_commit", "commit_reply_los
 TimedKind = Literal["crash", "leader_change", "clock_jump", "watch_duplicate", "watch_reorder"]
 
 _CLOUD_CALL_FAULTS: tuple[CloudCallFault, ...] = get_args(CloudCallFault)
-_REFUSALS = frozenset({"throttle", "timeout", "reply_lost"})
 _COMMIT_FAULTS: tuple[CommitFault, ...] = get_args(CommitFault)
 _CRASHES = frozenset(
     {
@@ -234,9 +233,7 @@ class FaultyCloud:
     """The fake cloud behind the schedule's create-call faults; counts what it injects.
 
     Shared by every controller process of a run (one cloud), so call numbers run over the whole
-    run. A call carrying a machine whose name starts with one of ``spared_prefixes`` meets none
-    of the faults that fail its machines (``throttle``, ``timeout``, ``reply_lost``; crashes
-    still strike): for machines whose requester cannot yet live with a failure. Per-machine
+    run. Per-machine
     faults are handed to the fake itself (:meth:`FakeCloud.fail_machine`),
     which models them as Azure does; ``injected`` counts them when a create meets them.
     """
@@ -246,13 +243,10 @@ class FaultyCloud:
         fake: FakeCloud,
         schedule: FaultSchedule,
         injected: Counter[str],
-        *,
-        spared_prefixes: tuple[str, ...] = (),
     ) -> None:
         self.fake = fake
         self._schedule = schedule
         self._injected = injected
-        self._spared = spared_prefixes
         self.calls = 0
         self._pending_machines = dict(schedule.machines)
         for name, kind in schedule.machines.items():
@@ -263,10 +257,6 @@ class FaultyCloud:
     ) -> BatchCreateResult:
         self.calls += 1
         fault = self._schedule.cloud_calls.get(self.calls)
-        if fault in _REFUSALS and any(
-            name.startswith(self._spared) for name in request.machine_names
-        ):
-            fault = None  # a machine that must not fail rides in this call: see ``spared``
         met = [n for n in request.machine_names if n in self._pending_machines]
         if fault == "crash_before_cloud_call":
             self._injected[fault] += 1

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from random import Random
+from typing import TypeVar
 
 from fastapi.testclient import TestClient
 
@@ -45,6 +46,7 @@ from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cluster import FakeCluster, Node, NoRoom
 from fleetledger.adapters.extender import wire
 from fleetledger.adapters.extender.server import create_extender_app
+from fleetledger.adapters.runtime import Leadership, MemoryLease
 from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.adapters.testbeds import GHOST_LABEL, FakeApplications, TestbedsRuntime
 from fleetledger.adapters.testbeds.aggregates import BATCH_JOB, TESTBED
@@ -52,9 +54,10 @@ from fleetledger.adapters.testbeds.reconciler import POSITION_ANNOTATION
 from fleetledger.domain.testbeds import batch_job, testbed
 from fleetledger.eventstore import EventStore
 
+from .faults import ControllerCrashed
 from .report import percentile
 
-__all__ = ["TestbedReport", "double_reservations", "run_testbed_scenario"]
+__all__ = ["ControllerFaults", "TestbedReport", "double_reservations", "run_testbed_scenario"]
 
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 _BED = "bed"
@@ -66,6 +69,8 @@ _JOBS = ("j1", "j2", "j3")
 _QUEUE = ("j2", "j1", "j2", "j1")
 _SECOND_QUEUE = ("j1", "j3", "j1", "j3", "j1", "j3")
 _MAX_PASSES = 200
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +99,9 @@ class TestbedReport:
     extender_calls: int
     extender_p50_ms: float
     extender_p99_ms: float
+    controller_crashes: int = 0
+    """Controller processes that died (:class:`ControllerFaults`); 0 in the plain scenario."""
+    leader_changes: int = 0
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready figures, for ``--json``."""
@@ -172,13 +180,13 @@ class _FakeScheduler:
 
     def __init__(self, cluster: FakeCluster, client: TestClient) -> None:
         self._cluster = cluster
-        self._client = client
+        self.client = client  # the extender of the process the scheduler reaches
         self.latencies_ms: list[float] = []
         self.preemptions = 0
 
     def _post(self, path: str, body: dict[str, object]) -> Mapping[str, object]:
         started = time.perf_counter()
-        response = self._client.post(path, json=body)
+        response = self.client.post(path, json=body)
         self.latencies_ms.append((time.perf_counter() - started) * 1000)
         response.raise_for_status()
         answer = response.json()
@@ -238,6 +246,122 @@ class _FakeScheduler:
                 except NoRoom:
                     continue
         return placed
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerFaults:
+    """What the deterministic simulation does to the scenario's controller, pass by pass: at
+    the start of a pass in ``crashes`` the leading process dies (another one starts on the log,
+    is elected and rebuilds everything from it); in ``leader_changes`` the leader loses its
+    lease to another process and carries on as a follower, its passes running all the same (a
+    deposed leader must not act). A ``ControllerCrashed`` raised by the store (a crash inside a
+    group commit) kills the leading process at that point, as a crash between passes does."""
+
+    crashes: frozenset[int] = frozenset()
+    leader_changes: frozenset[int] = frozenset()
+
+
+class _Controllers:
+    """The controller processes of the scenario on one log: each a testbeds runtime with a
+    leadership of its own, on one lease board; one leads, the deposed ones follow. A process
+    whose step meets a ``ControllerCrashed`` dies there; when none leads, a new one starts."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        cluster: FakeCluster,
+        apps: FakeApplications,
+        clock: ManualClock,
+    ) -> None:
+        self._store, self._cluster, self._apps, self._clock = store, cluster, apps, clock
+        self._board: dict[str, str] = {}
+        self._started = 0
+        self.processes: list[_Controller] = []
+        self.crashes = 0
+        self.leader_changes = 0
+        self.elect()
+
+    def _start(self) -> _Controller:
+        self._started += 1
+        name = f"p{self._started}"
+        lease = MemoryLease(self._board, holder=name)
+        leadership = Leadership(self._store, lease, clock=self._clock, holder=name)
+        runtime = TestbedsRuntime(
+            self._store,
+            self._cluster,
+            self._apps,
+            clock=self._clock,
+            threads=False,
+            leadership=leadership,
+            manage_leadership=False,
+            priority_class=_JOB_PRIORITY_CLASS,
+            scheduler_name=_SCHEDULER,
+        )
+        process = _Controller(name, runtime, leadership, lease)
+        self.processes.append(process)
+        runtime.start()
+        return process
+
+    @property
+    def leader(self) -> TestbedsRuntime:
+        return next(p.runtime for p in self.processes if p.runtime.leading)
+
+    def elect(self) -> None:
+        """Every live process renews or tries its lease; a new one starts while none leads."""
+        for _ in range(_MAX_PASSES):
+            for process in list(self.processes):
+                self._guarded(process, process.leadership.step)
+            if any(p.runtime.leading for p in self.processes):
+                return
+            self._guarded(None, self._start)
+        raise RuntimeError("no controller process could be elected")
+
+    def crash(self) -> None:
+        """The leader dies without a word: its lease lapses and another process takes over."""
+        self._kill(next(p for p in self.processes if p.runtime.leading))
+        self.elect()
+
+    def change_leader(self) -> None:
+        """The leader's lease passes to a new process; the old one follows from now on."""
+        successor = self._guarded(None, self._start)
+        if successor is None:
+            return
+        for process in self.processes:
+            if process.leadership.term() is not None:
+                process.lease.expire()
+        self._board["leader"] = successor.name
+        self.leader_changes += 1
+        self.elect()
+
+    def run_until_settled(self) -> None:
+        """Each process's passes: the leader's act, the followers' must not."""
+        for process in list(self.processes):
+            self._guarded(process, process.runtime.run_until_settled)
+        self.elect()
+
+    def _guarded(self, process: _Controller | None, step: Callable[[], T]) -> T | None:
+        """``step`` of ``process`` (``None``: a process being started), which dies if the step
+        meets a crash."""
+        try:
+            return step()
+        except ControllerCrashed:
+            if process is None:
+                process = self.processes[-1]
+            self._kill(process)
+            return None
+
+    def _kill(self, process: _Controller) -> None:
+        self.processes.remove(process)
+        process.lease.expire()
+        self.crashes += 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Controller:
+    name: str
+    runtime: TestbedsRuntime
+    leadership: Leadership
+    lease: MemoryLease
 
 
 def _two_pod_slots(cluster: FakeCluster, state: testbed.TestbedState) -> set[int]:
@@ -318,6 +442,8 @@ class _Watch:
     def schedulings(self, runtime: TestbedsRuntime) -> None:
         service = runtime.service
         s1 = service.scheduling("s1").state
+        # A controller that crashed right after recording it: the log has it already.
+        self.s2_created = self.s2_created or "s2" in service.schedulings()
         if not self.s2_created and "j1" in s1.held_jobs:
             service.create_scheduling("s2", testbed=_BED, queue=_SECOND_QUEUE)
             self.s2_created = True
@@ -374,10 +500,16 @@ def _leaked(runtime: TestbedsRuntime, apps: FakeApplications) -> int:
 
 
 def run_testbed_scenario(
-    seed: int, *, url: str | None = None, store: EventStore | None = None
+    seed: int,
+    *,
+    url: str | None = None,
+    store: EventStore | None = None,
+    faults: ControllerFaults | None = None,
 ) -> TestbedReport:
     """Run the scenario on a scratch SQLite log (or the database at ``url``, or ``store``:
-    an open store the caller owns, such as a fault-injecting one on a shared log)."""
+    an open store the caller owns, such as a fault-injecting one on a shared log). With
+    ``faults`` the controller runs as processes on a lease that crash and change leader
+    (:class:`ControllerFaults`)."""
     rng = Random(seed)
     watch = _Watch({job: rng.randint(2, 5) for job in _JOBS})
     clock = ManualClock(_EPOCH)
@@ -393,17 +525,9 @@ def run_testbed_scenario(
     with contextlib.ExitStack() as scope:
         if store is None:
             store = scope.enter_context(simulation_store(url))
-        runtime = TestbedsRuntime(
-            store,
-            cluster,
-            apps,
-            clock=clock,
-            threads=False,
-            priority_class=_JOB_PRIORITY_CLASS,
-            scheduler_name=_SCHEDULER,
-        )
-        runtime.start()
-        service = runtime.service
+        faults = faults or ControllerFaults()
+        controllers = _Controllers(store, cluster, apps, clock)
+        service = controllers.leader.service
         scheduler = _FakeScheduler(cluster, TestClient(create_extender_app(service)))
         service.define_testbed(
             _BED, node_label=_LABEL, slots_per_node=2, cpu_millis=1000, memory_mib=2048
@@ -414,15 +538,30 @@ def run_testbed_scenario(
         passes = 0
         for passes in range(1, _MAX_PASSES + 1):
             clock.advance(1)
-            runtime.run_until_settled()
-            watch.schedulings(runtime)
-            scheduler.place_pending()
+            try:
+                if passes in faults.crashes:
+                    controllers.crash()
+                if passes in faults.leader_changes:
+                    controllers.change_leader()
+                controllers.elect()
+                if controllers.leader.service is not service:
+                    service = controllers.leader.service
+                    scheduler.client = TestClient(create_extender_app(service))
+                controllers.run_until_settled()
+                watch.schedulings(controllers.leader)
+                scheduler.place_pending()
+            except ControllerCrashed:
+                # Inside one of the leader's group commits: the next pass goes on without it.
+                controllers.crash()
+                continue
             watch.applications(apps, passes)
             watch.crowded |= _two_pod_slots(cluster, service.testbed(_BED).state)
-            if watch.done(runtime):
+            if watch.done(controllers.leader):
                 break
         clock.advance(1)
-        runtime.run_until_settled()
+        controllers.run_until_settled()
+        runtime = controllers.leader
+        service = runtime.service
         s1 = service.scheduling("s1").state
         s2 = service.scheduling("s2").state
         jobs = {job: service.job(job).state for job in _JOBS}
@@ -449,8 +588,11 @@ def run_testbed_scenario(
             extender_calls=len(scheduler.latencies_ms),
             extender_p50_ms=percentile(scheduler.latencies_ms, 50),
             extender_p99_ms=percentile(scheduler.latencies_ms, 99),
+            controller_crashes=controllers.crashes,
+            leader_changes=controllers.leader_changes,
         )
-        runtime.stop()
+        for process in controllers.processes:
+            process.runtime.stop()
     return report
 
 

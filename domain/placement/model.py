@@ -132,6 +132,9 @@ class Snapshot:
 
     workers: tuple[Worker, ...] = ()
     pending: tuple[PendingWorker, ...] = ()
+    retired: frozenset[str] = frozenset()
+    """Worker names never to ask for again: their machines failed, and a request under the same
+    name would only be answered with that failure."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

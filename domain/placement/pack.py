@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -107,9 +107,11 @@ def pack_overflow(
     pending: Sequence[PendingWorker],
     *,
     search_steps: int = DEFAULT_SEARCH_STEPS,
+    retired: Container[str] = frozenset(),
 ) -> Packed:
     """Pack ``requests`` (each held by some pool's empty worker) into pending and new workers,
-    spending at most ``search_steps`` steps of exact search (0: first-fit decreasing alone)."""
+    spending at most ``search_steps`` steps of exact search (0: first-fit decreasing alone).
+    No new worker takes a ``retired`` name."""
     check_search_steps(search_steps)
     by_name = {pool.name: pool for pool in pools}
     rooms = {pool.name: worker_room(pool) for pool in pools}
@@ -138,7 +140,9 @@ def pack_overflow(
             opened.append((taken[0].rank, by_name[name], taken))
     # New workers in the order first-fit decreasing opens them: by their largest workload.
     opened.sort(key=lambda new: new[0])
-    return Packed(waiting, tuple(_new_worker(pool, taken) for _, pool, taken in opened), gap)
+    return Packed(
+        waiting, tuple(_new_worker(pool, taken, retired) for _, pool, taken in opened), gap
+    )
 
 
 def _items(
@@ -532,15 +536,24 @@ class _Search:
         )
 
 
-def _new_worker(pool: Pool, taken: Sequence[_Item]) -> NewWorker:
+def _new_worker(pool: Pool, taken: Sequence[_Item], retired: Container[str]) -> NewWorker:
     ids = [item.request.id for item in taken]
-    # Named from its workloads, so planning the same overflow again names the same machine.
-    digest = hashlib.blake2b("\n".join(sorted(ids)).encode(), digest_size=5).hexdigest()
+    # Named from its workloads, so planning the same overflow again names the same machine;
+    # once that machine failed, the same workloads get the next name in a fixed sequence.
+    key = "\n".join(sorted(ids))
+    name, attempt = _worker_name(pool, key), 0
+    while name in retired:
+        attempt += 1
+        name = _worker_name(pool, f"{key}\n#{attempt}")
     return NewWorker(
-        name=f"{pool.name}-{digest}",
+        name=name,
         pool=pool.name,
         request_ids=tuple(ids),
         used_cpu_milli=sum(item.need[0] for item in taken),
         used_memory_bytes=sum(item.need[1] for item in taken),
         used_gpu=sum(item.need[2] for item in taken),
     )
+
+
+def _worker_name(pool: Pool, key: str) -> str:
+    return f"{pool.name}-{hashlib.blake2b(key.encode(), digest_size=5).hexdigest()}"

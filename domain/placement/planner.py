@@ -235,7 +235,9 @@ def plan(
 
     still_pending = [p for p in snapshot.pending if p.name not in tracker.index]
     packed = (
-        pack_overflow(overflow, pools, still_pending, search_steps=search_steps)
+        pack_overflow(
+            overflow, pools, still_pending, search_steps=search_steps, retired=snapshot.retired
+        )
         if overflow
         else None
     )

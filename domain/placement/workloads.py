@@ -271,6 +271,7 @@ def recover(
     *,
     placed: Container[str],
     pools: Sequence[Pool],
+    failed: Container[str] = frozenset(),
 ) -> Recovery:
     """Sort the folded ``workloads`` (in submission order) by what a restart must do with them.
 
@@ -278,7 +279,8 @@ def recover(
     (``placed``), needs nothing. A
     waiting one comes back onto its worker, whose free capacity is an empty worker of its pool
     less every workload waiting for it — what the planner counted when it asked for the worker;
-    if its pool is no longer configured it is planned again instead.
+    if its pool is no longer configured, or its worker's machine ``failed`` (it will never
+    join), it is planned again instead.
     """
     by_pool = {p.name: p for p in pools}
     queued: list[WorkloadRequest] = []
@@ -299,6 +301,7 @@ def recover(
             and workload.worker is not None
             and workload.pool is not None
             and workload.pool in by_pool
+            and workload.worker not in failed
             and pool_of.get(workload.worker, workload.pool) == workload.pool
         ):
             waiting[workload_id] = workload.request

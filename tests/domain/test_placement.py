@@ -404,6 +404,18 @@ class TestOverflow:
         assert [n.name for n in first.provisions] == [n.name for n in again.provisions]
         assert len({n.name for n in first.provisions}) == 3
 
+    def test_a_retired_name_is_never_asked_for_again(self) -> None:
+        """The same overflow with its worker's name retired (its machine failed) names another
+        worker, the same one every time."""
+        reqs = [request("a", 3000)]
+        [first] = plan(reqs, Snapshot(), [pool()]).provisions
+        retired = Snapshot(retired=frozenset({first.name}))
+        [again] = plan(reqs, retired, [pool()]).provisions
+        [repeat] = plan(reqs, retired, [pool()]).provisions
+        assert again.name != first.name
+        assert again.name == repeat.name
+        assert again.name.startswith(f"{pool().name}-")
+
 
 class TestRejected:
     def test_too_large_for_every_pool(self) -> None:

@@ -187,6 +187,12 @@ class TestRecover:
         recovery = workloads.recover(folded, placed=(), pools=[POOL])
         assert (recovery.queued, recovery.pending) == ((request("a"),), ())
 
+    def test_a_workload_waiting_for_a_failed_worker_is_planned_again(self) -> None:
+        """Its worker's machine failed and will never join: it is queued, the worker gone."""
+        folded = {"a": run(SubmitWorkload(request("a"), T0), RecordWaiting("a", "w", "cpu", T0))}
+        recovery = workloads.recover(folded, placed=(), pools=[POOL], failed={"w"})
+        assert (recovery.queued, recovery.pending, recovery.waiting) == ((request("a"),), (), {})
+
     @given(
         st.lists(
             st.tuples(

@@ -28,10 +28,17 @@ class FakeMachines:
 
     def __init__(self) -> None:
         self.requests: list[MachineRequest] = []
+        self.failed: set[str] = set()  # machine names whose creation the test fails
 
     def request(self, requests: Sequence[MachineRequest]) -> object:
         self.requests.extend(requests)
         return None
+
+    def status(self, request_id: str) -> tuple[str, str] | None:
+        asked = next((r for r in self.requests if r.request_id == request_id), None)
+        if asked is None:
+            return None
+        return ("failed" if asked.machine_name in self.failed else "sealed"), "batch-1"
 
 
 def node_service(store: EventStore, clock: ManualClock | None = None) -> NodeService:

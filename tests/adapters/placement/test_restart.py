@@ -344,6 +344,100 @@ class TestSeveralControllers:
         ]
 
 
+class TestFollowingTheLog:
+    def test_a_failed_worker_sends_its_workloads_to_a_worker_of_another_name(
+        self, store: EventStore
+    ) -> None:
+        """The worker's machine failed: its workload waits for a new worker, whose machine is
+        a new request, and the log records the move."""
+        machines = FakeMachines()
+        runtime, _ = runtime_on(store, machines=machines)
+        with runtime:
+            runtime.submit([workload("a", 3000)])
+            runtime.step()
+            failed = runtime.status("a").worker
+            assert failed is not None
+            machines.failed.add(failed)
+            runtime.step()
+            now = runtime.status("a")
+        assert now.state == "pending-provisioning"
+        assert now.worker not in (None, failed)
+        assert [r.request_id for r in machines.requests] == [
+            f"placement-{failed}",
+            f"placement-{now.worker}",
+        ]
+        assert [(r.type, r.data.get("worker")) for r in store.read_stream("workload-a")] == [
+            ("placement.WorkloadSubmitted", None),
+            ("placement.WorkloadWaiting", failed),
+            ("placement.WorkloadWaiting", now.worker),
+        ]
+
+    def test_a_restart_does_not_wait_for_a_failed_worker(self, store: EventStore) -> None:
+        """Recorded waiting for a worker whose machine failed meanwhile: the restarted runtime
+        plans the workload again."""
+        first, _ = runtime_on(store)
+        with first:
+            first.submit([workload("a", 3000)])
+            first.step()
+            failed = first.status("a").worker
+        asked = FakeMachines()
+        asked.failed.add(str(failed))
+        second, _ = runtime_on(store, machines=asked)
+        with second:
+            second.step()
+            assert second.status("a").worker not in (None, failed)
+
+    def test_a_leader_places_what_another_process_accepted(self, store: EventStore) -> None:
+        """A workload accepted by another process (which never places it) is placed by the
+        leader's next batch round."""
+        leader, _ = _leading_runtime(store, joined=["cpu-000"])
+        other, _ = runtime_on(store, at=T0 + timedelta(seconds=1), record_placements=True)
+        with leader, other:
+            other.submit([workload("b")])
+            leader.step()
+            assert leader.status("b").node == "cpu-000"
+
+    def test_a_process_elected_after_it_started_catches_up(self, store: EventStore) -> None:
+        """Started as a follower, elected once another process accepted workloads and made one
+        wait for a worker: it places the first and counts the worker as pending."""
+        board: dict[str, str] = {"leader": "other"}
+        runtime, leadership = _leading_runtime(store, joined=["cpu-000"], board=board)
+        other, _ = runtime_on(store, at=T0 + timedelta(seconds=1), record_placements=True)
+        with runtime, other:
+            other.submit([workload("a", 3000), workload("b", 3000)])
+            other.step()
+            waiting = other.status("b").worker or other.status("a").worker
+            board.clear()
+            leadership.step()
+            runtime.step()
+            assert [w.name for w in runtime.service.pending_workers()] == [waiting]
+            assert {runtime.status(rid).state for rid in "ab"} == {"placed", "pending-provisioning"}
+
+
+def _leading_runtime(
+    store: EventStore, *, joined: Sequence[str], board: dict[str, str] | None = None
+) -> tuple[PlacementRuntime, Leadership]:
+    """A runtime with a leadership of its own (elected unless ``board`` names another holder)."""
+    nodes_svc = node_service(store)
+    for name in joined:
+        join(nodes_svc, name)
+    leadership = Leadership(
+        store, MemoryLease({} if board is None else board, holder="a"), clock=ManualClock(T0),
+        holder="a",
+    )  # fmt: skip
+    leadership.step()
+    runtime = PlacementRuntime(
+        store,
+        nodes_svc,
+        [CPU_POOL],
+        machines=FakeMachines(),
+        clock=ManualClock(T0),
+        threads=False,
+        leadership=leadership,
+    )
+    return runtime, leadership
+
+
 class _Unreachable(_CountingAppends):
     """The store, unreachable for appends while ``down``."""
 

@@ -65,6 +65,13 @@ class TestCollector:
         later.join()
         assert [r.id for r in batch] == ["late"]
 
+    def test_a_request_already_queued_is_not_queued_twice(self) -> None:
+        """Its submission and the log read back may both bring it: it is queued once."""
+        collector = Collector(max_batch=10)
+        collector.put([workload("a"), workload("b")])
+        collector.put([workload("b"), workload("c")], first=True)
+        assert [r.id for r in collector.take_ready()] == ["c", "a", "b"]
+
     def test_requeued_requests_go_first(self) -> None:
         """Requests a batch could not commit are taken before newer ones."""
         collector = Collector(max_batch=2)

@@ -99,35 +99,6 @@ class TestFaultyCloud:
         assert refused.value.retry_after == 2.0
         assert fake.creations == ()
 
-    @pytest.mark.parametrize("kind", ["throttle", "timeout", "reply_lost"])
-    def test_a_call_carrying_a_spared_machine_meets_no_refusal(self, kind: str) -> None:
-        fake, injected = FakeCloud(), Counter[str]()
-        cloud = FaultyCloud(
-            fake, schedule(cloud_calls={1: kind}), injected, spared_prefixes=("node-",)
-        )
-        result = cloud.create_batch(batch("m-1", "node-a"))
-        assert set(result.created) == {"m-1", "node-a"}
-        assert injected == Counter()
-
-    def test_a_call_carrying_a_spared_machine_still_crashes(self) -> None:
-        fake, injected = FakeCloud(), Counter[str]()
-        cloud = FaultyCloud(
-            fake,
-            schedule(cloud_calls={1: "crash_before_cloud_call"}),
-            injected,
-            spared_prefixes=("node-",),
-        )
-        with pytest.raises(ControllerCrashed):
-            cloud.create_batch(batch("node-a"))
-
-    def test_a_call_without_a_spared_machine_meets_its_fault(self) -> None:
-        fake, injected = FakeCloud(), Counter[str]()
-        cloud = FaultyCloud(
-            fake, schedule(cloud_calls={1: "timeout"}), injected, spared_prefixes=("node-",)
-        )
-        with pytest.raises(TimeoutError):
-            cloud.create_batch(batch("m-1"))
-
     def test_a_machine_fault_is_counted_when_a_create_meets_it(self) -> None:
         _, cloud, injected = self.make(machines={"m-2": "quota", "m-9": "zonal_capacity"})
         result = cloud.create_batch(batch("m-1", "m-2"))
