@@ -41,8 +41,10 @@ __all__ = [
     "TARGET_POSTS_PER_SECOND",
     "TARGET_P99_MS",
     "ServeBenchReport",
+    "drive",
     "process_cpu_seconds",
     "run_serve_bench",
+    "serve_process",
 ]
 
 log = structlog.get_logger("bench.serve")
@@ -138,14 +140,14 @@ def run_serve_bench(
     """Serve a scratch database of ``url``'s server and drive it; see the module docstring."""
     if clients < 1 or requests < 1 or warmup < 0:
         raise ValueError("clients and requests must be at least 1, warmup at least 0")
-    with scratch_database(url) as scratch, _server(scratch) as (base_url, pid):
+    with scratch_database(url) as scratch, serve_process(scratch) as (base_url, pid):
         backend = "sqlite" if scratch.startswith("sqlite") else "postgres"
-        asyncio.run(_drive(base_url, clients=clients, count=warmup, prefix="warm"))
+        asyncio.run(drive(base_url, clients=clients, count=warmup, prefix="warm"))
         log.info("warm-up done; measuring", clients=clients, requests=requests)
         cpu_before = process_cpu_seconds(pid)
         started = time.perf_counter()
         latencies, acknowledged, refused = asyncio.run(
-            _drive(base_url, clients=clients, count=requests, prefix="bench")
+            drive(base_url, clients=clients, count=requests, prefix="bench")
         )
         seconds = time.perf_counter() - started
         cpu_after = process_cpu_seconds(pid)
@@ -188,9 +190,11 @@ def process_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _drive(
+async def drive(
     base_url: str, *, clients: int, count: int, prefix: str
 ) -> tuple[list[float], list[str], int]:
+    """``count`` single-machine POSTs from ``clients`` concurrent clients, each sending its next
+    once answered: the latencies (ms), the request ids accepted, and how many were refused."""
     latencies: list[float] = []
     acknowledged: list[str] = []
     refused = 0
@@ -226,13 +230,16 @@ async def _drive(
 
 
 @contextlib.contextmanager
-def _server(url: str) -> Iterator[tuple[str, int]]:
+def serve_process(url: str, *, fake_latency: float = 0.0) -> Iterator[tuple[str, int]]:
+    """A ``fleetledger serve`` on ``url`` with the fake cloud (``fake_latency`` seconds a
+    batch), leading: its base URL and process id; stopped with SIGTERM on leaving."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     command = [
         sys.executable, "-m", "fleetledger", "--log-level", "warning", "serve",
-        "--url", url, "--port", str(port), "--fake-latency", "0", "--idle-timeout", "0.05",
+        "--url", url, "--port", str(port), "--fake-latency", f"{fake_latency:g}",
+        "--idle-timeout", "0.05",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base_url = f"http://127.0.0.1:{port}"

@@ -185,7 +185,27 @@ def _add_serve(bench_commands: Subcommands) -> None:
         "--requests",
         type=count(maximum=10_000_000),
         default=6000,
-        help="POSTs to time (default 6000)",
+        help="POSTs to time with the python driver (default 6000)",
+    )
+    parser.add_argument(
+        "--driver",
+        choices=["python", "wrk"],
+        default="python",
+        help="python: asyncio clients in this process, --requests POSTs; wrk: the C load "
+        "generator (apt-get install wrk) for --seconds, then every accepted request followed "
+        "to its outcome (default python)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=seconds(at_least=1, at_most=3600),
+        default=10.0,
+        help="how long wrk posts (default 10)",
+    )
+    parser.add_argument(
+        "--fake-latency",
+        type=seconds(at_least=0, at_most=600),
+        default=None,
+        help="seconds the fake cloud takes per batch (default 0 with python, 2 with wrk)",
     )
     add_json(parser)
     parser.set_defaults(run=serve)
@@ -267,7 +287,22 @@ def reliability(args: argparse.Namespace) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     from fleetledger.adapters.benchmarks.serve import run_serve_bench
+    from fleetledger.adapters.benchmarks.serve_wrk import run_serve_wrk_bench
 
+    if args.driver == "wrk":
+        wrk_report = run_serve_wrk_bench(
+            args.url,
+            connections=args.clients,
+            seconds=args.seconds,
+            fake_latency=2.0 if args.fake_latency is None else args.fake_latency,
+        )
+        if args.json:
+            print_json(wrk_report.to_dict())
+        else:
+            print(wrk_report.render())
+        return 0 if wrk_report.passed else 1
+    if args.fake_latency is not None:
+        raise ValueError("--fake-latency applies to --driver wrk only")
     report = run_serve_bench(args.url, clients=args.clients, requests=args.requests)
     if args.json:
         print_json(report.to_dict())

@@ -1,0 +1,254 @@
+"""``fleetledger bench serve --driver wrk``: ``serve`` under a C load generator, to outcomes.
+
+The Python clients of :mod:`.serve` share the machine's cores with the server and spend more of
+them per request than it does; ``wrk`` (Debian's ``wrk`` package) spends a fraction of that, so
+the rate it reaches is the server's. A ``fleetledger serve`` on a scratch database, with the fake
+cloud answering each batch after ``fake_latency`` seconds, takes ``connections`` keep-alive
+connections posting single-machine requests for ``seconds``, each with a name of its own (the
+Lua script below numbers them per wrk thread). Then the bench watches the log until every
+accepted request has its outcome (``vm.MachineCreated`` or ``vm.MachineFailed``), for at most
+``outcome_deadline`` seconds after the last POST.
+
+Figures: POSTs per second accepted (202), the latency tail as wrk measured it (p50, p99,
+p99.9, max), answers other than 202 and socket errors, *lost* (accepted, not in the log: must
+be 0), and ``seconds_to_all_outcomes`` after the last POST (``None`` when some had none by the
+deadline). The targets: at least 2,000 POSTs/s, and every outcome within 15 s of the last POST.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from fleetledger.eventstore import EventStore, open_store
+
+from .scratch import scratch_database
+from .serve import TARGET_POSTS_PER_SECOND, drive, serve_process
+
+__all__ = ["TARGET_OUTCOME_SECONDS", "WrkServeReport", "run_serve_wrk_bench"]
+
+log = structlog.get_logger("bench.serve")
+
+TARGET_OUTCOME_SECONDS = 15.0
+_PREFIX = "wrk-"
+_OUTCOMES = ("vm.MachineCreated", "vm.MachineFailed")
+
+# Each wrk thread numbers its requests; ``done`` sums the threads' accepted answers and prints
+# the latency tail as one JSON line (wrk's own report stops at p99).
+_SCRIPT = """
+local threads = {}
+local sent = 0
+accepted = 0  -- a global: ``done`` reads each thread's with thread:get
+
+function setup(thread)
+  thread:set("number", #threads + 1)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/json"
+end
+
+function request()
+  sent = sent + 1
+  local name = string.format("%s%d-%d", PREFIX, number, sent)
+  local body = string.format(
+    '{"request_id":"%s","machine_name":"%s","template":'
+    .. '{"vm_size":"Standard_D4s_v5","orchestrator_version":"1.31.2"}}', name, name)
+  return wrk.format(nil, nil, nil, body)
+end
+
+function response(status, headers, body)
+  if status == 202 then accepted = accepted + 1 end
+end
+
+function done(summary, latency, requests)
+  local total = 0
+  for _, thread in ipairs(threads) do total = total + thread:get("accepted") end
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests":%d,"accepted":%d,"non_2xx":%d,"socket_errors":%d,"duration_us":%d,'
+    .. '"p50_us":%d,"p99_us":%d,"p999_us":%d,"max_us":%d}\\n',
+    summary.requests, total, e.status, e.connect + e.read + e.write + e.timeout,
+    summary.duration, latency:percentile(50), latency:percentile(99),
+    latency:percentile(99.9), latency.max))
+end
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WrkServeReport:
+    backend: str
+    connections: int
+    seconds: float
+    fake_latency: float
+    requests: int
+    accepted: int
+    non_2xx: int
+    socket_errors: int
+    lost: int
+    logged: int
+    """Requests of the run in the log: the accepted ones, and any whose answer wrk did not wait
+    for when its time was up."""
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    with_outcome: int
+    seconds_to_all_outcomes: float | None
+
+    @property
+    def posts_per_second(self) -> float:
+        return self.accepted / self.seconds if self.seconds else 0.0
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.posts_per_second >= TARGET_POSTS_PER_SECOND
+            and self.lost == 0
+            and self.seconds_to_all_outcomes is not None
+            and self.seconds_to_all_outcomes <= TARGET_OUTCOME_SECONDS
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "driver": "wrk",
+            "backend": self.backend,
+            "connections": self.connections,
+            "seconds": round(self.seconds, 3),
+            "fake_latency_seconds": self.fake_latency,
+            "requests": self.requests,
+            "accepted": self.accepted,
+            "posts_per_second": round(self.posts_per_second, 1),
+            "latency_ms": {
+                "p50": self.p50_ms,
+                "p99": self.p99_ms,
+                "p99.9": self.p999_ms,
+                "max": self.max_ms,
+            },
+            "non_2xx": self.non_2xx,
+            "socket_errors": self.socket_errors,
+            "lost": self.lost,
+            "logged": self.logged,
+            "with_outcome": self.with_outcome,
+            "seconds_to_all_outcomes": self.seconds_to_all_outcomes,
+            "targets": {
+                "posts_per_second": TARGET_POSTS_PER_SECOND,
+                "seconds_to_all_outcomes": TARGET_OUTCOME_SECONDS,
+            },
+            "passed": self.passed,
+        }
+
+    def render(self) -> str:
+        rate = self.posts_per_second
+        outcomes = (
+            f"all {self.logged} logged within {self.seconds_to_all_outcomes:.1f} s of the last POST"
+            if self.seconds_to_all_outcomes is not None
+            else f"only {self.with_outcome} of {self.logged} logged by the deadline"
+        )
+        return "\n".join(
+            [
+                f"bench serve (wrk, {self.backend}, {self.connections} connections, "
+                f"{self.seconds:.0f} s, fake cloud {self.fake_latency:g} s per batch)",
+                f"  throughput  {rate:,.0f} accepted POSTs/s "
+                f"({rate / TARGET_POSTS_PER_SECOND:.2f}x the {TARGET_POSTS_PER_SECOND:,}/s target)",
+                f"  latency     p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, "
+                f"p99.9 {self.p999_ms:.1f} ms, max {self.max_ms:.1f} ms",
+                f"  answers     {self.accepted} accepted, {self.non_2xx} other than 202, "
+                f"{self.socket_errors} socket errors; {self.lost} lost (must be 0)",
+                f"  outcomes    {outcomes} (target {TARGET_OUTCOME_SECONDS:.0f} s)",
+                "  verdict     " + ("met" if self.passed else "MISSED"),
+            ]
+        )
+
+
+def run_serve_wrk_bench(
+    url: str | None,
+    *,
+    connections: int = 32,
+    seconds: float = 10.0,
+    fake_latency: float = 2.0,
+    outcome_deadline: float = TARGET_OUTCOME_SECONDS * 2,
+) -> WrkServeReport:
+    """Serve a scratch database of ``url``'s server and drive it with wrk; see the module
+    docstring. ``ValueError`` when wrk is not installed."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        raise ValueError("wrk is not installed: apt-get install wrk (Debian), then run it again")
+    with (
+        tempfile.TemporaryDirectory() as scratch_dir,
+        scratch_database(url) as scratch,
+        serve_process(scratch, fake_latency=fake_latency) as (base_url, _pid),
+    ):
+        backend = "sqlite" if scratch.startswith("sqlite") else "postgres"
+        asyncio.run(drive(base_url, clients=min(connections, 32), count=200, prefix="warm"))
+        script = Path(scratch_dir) / "post-machines.lua"
+        script.write_text(f'PREFIX = "{_PREFIX}"\n{_SCRIPT}')
+        command = [
+            wrk, "-t", "2", "-c", str(connections), "-d", f"{seconds:g}s", "--timeout", "10s",
+            "-s", str(script), f"{base_url}/v1/machines",
+        ]  # fmt: skip
+        log.info("wrk posting", connections=connections, seconds=seconds)
+        finished = subprocess.run(command, capture_output=True, text=True, check=False)
+        last_post = time.monotonic()
+        if finished.returncode != 0:
+            raise RuntimeError(f"wrk failed ({finished.returncode}): {finished.stderr.strip()}")
+        figures = json.loads(finished.stdout.strip().splitlines()[-1])
+        with contextlib.closing(open_store(scratch)) as store:
+            logged, with_outcome, waited = _await_outcomes(
+                store, accepted=figures["accepted"], since=last_post, deadline=outcome_deadline
+            )
+    return WrkServeReport(
+        backend=backend,
+        connections=connections,
+        seconds=figures["duration_us"] / 1e6,
+        fake_latency=fake_latency,
+        requests=figures["requests"],
+        accepted=figures["accepted"],
+        non_2xx=figures["non_2xx"],
+        socket_errors=figures["socket_errors"],
+        lost=max(0, figures["accepted"] - logged),
+        logged=logged,
+        p50_ms=figures["p50_us"] / 1000,
+        p99_ms=figures["p99_us"] / 1000,
+        p999_ms=figures["p999_us"] / 1000,
+        max_ms=figures["max_us"] / 1000,
+        with_outcome=with_outcome,
+        seconds_to_all_outcomes=None if waited is None else round(waited, 2),
+    )
+
+
+def _await_outcomes(
+    store: EventStore, *, accepted: int, since: float, deadline: float
+) -> tuple[int, int, float | None]:
+    """Follow the log until every logged request of the run has an outcome: ``(requests logged,
+    with an outcome, seconds after ``since`` that took)`` — ``None`` past ``deadline``."""
+    requested: set[str] = set()
+    done: set[str] = set()
+    after = 0
+    while True:
+        for record in store.read_all(after=after, limit=50_000):
+            after = record.global_position
+            request_id = record.data.get("request_id")
+            if not isinstance(request_id, str) or not request_id.startswith(_PREFIX):
+                continue
+            if record.type == "vm.MachineRequested":
+                requested.add(request_id)
+            elif record.type in _OUTCOMES:
+                done.add(request_id)
+        waited = time.monotonic() - since
+        if len(requested) >= accepted and requested <= done:
+            return len(requested), len(done & requested), waited
+        if waited > deadline:
+            return len(requested), len(done & requested), None
+        time.sleep(0.2)  # the log is polled: outcomes come from the server's own batches
