@@ -11,8 +11,9 @@ accepted request has its outcome (``vm.MachineCreated`` or ``vm.MachineFailed``)
 
 Figures: POSTs per second accepted (202), the latency tail as wrk measured it (p50, p99,
 p99.9, max), answers other than 202 and socket errors, *lost* (accepted, not in the log: must
-be 0), and ``seconds_to_all_outcomes`` after the last POST (``None`` when some had none by the
-deadline). The targets: at least 2,000 POSTs/s, and every outcome within 15 s of the last POST.
+be 0), the server's CPU time per POST, and ``seconds_to_all_outcomes`` after the last POST
+(``None`` when some had none by the deadline). The targets: at least 2,000 POSTs/s, and every
+outcome within 15 s of the last POST.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import structlog
 from fleetledger.eventstore import EventStore, open_store
 
 from .scratch import scratch_database
-from .serve import TARGET_POSTS_PER_SECOND, drive, serve_process
+from .serve import TARGET_POSTS_PER_SECOND, drive, process_cpu_seconds, serve_process
 
 __all__ = ["TARGET_OUTCOME_SECONDS", "WrkServeReport", "run_serve_wrk_bench"]
 
@@ -106,10 +107,18 @@ class WrkServeReport:
     max_ms: float
     with_outcome: int
     seconds_to_all_outcomes: float | None
+    server_cpu_seconds: float | None = None
+    """The serve process's CPU time (user and system) while wrk posted, if known."""
 
     @property
     def posts_per_second(self) -> float:
         return self.accepted / self.seconds if self.seconds else 0.0
+
+    @property
+    def server_cpu_ms_per_post(self) -> float | None:
+        if self.server_cpu_seconds is None or not self.requests:
+            return None
+        return round(self.server_cpu_seconds * 1000 / self.requests, 3)
 
     @property
     def passed(self) -> bool:
@@ -142,6 +151,7 @@ class WrkServeReport:
             "logged": self.logged,
             "with_outcome": self.with_outcome,
             "seconds_to_all_outcomes": self.seconds_to_all_outcomes,
+            "server_cpu_ms_per_post": self.server_cpu_ms_per_post,
             "targets": {
                 "posts_per_second": TARGET_POSTS_PER_SECOND,
                 "seconds_to_all_outcomes": TARGET_OUTCOME_SECONDS,
@@ -167,6 +177,13 @@ class WrkServeReport:
                 f"  answers     {self.accepted} accepted, {self.non_2xx} other than 202, "
                 f"{self.socket_errors} socket errors; {self.lost} lost (must be 0)",
                 f"  outcomes    {outcomes} (target {TARGET_OUTCOME_SECONDS:.0f} s)",
+                "  server CPU  "
+                + (
+                    "unknown (no /proc)"
+                    if self.server_cpu_ms_per_post is None
+                    else f"{self.server_cpu_ms_per_post:.3f} ms per POST"
+                )
+                + " (the serve process, user + system, while wrk posted)",
                 "  verdict     " + ("met" if self.passed else "MISSED"),
             ]
         )
@@ -188,7 +205,7 @@ def run_serve_wrk_bench(
     with (
         tempfile.TemporaryDirectory() as scratch_dir,
         scratch_database(url) as scratch,
-        serve_process(scratch, fake_latency=fake_latency) as (base_url, _pid),
+        serve_process(scratch, fake_latency=fake_latency) as (base_url, pid),
     ):
         backend = "sqlite" if scratch.startswith("sqlite") else "postgres"
         asyncio.run(drive(base_url, clients=min(connections, 32), count=200, prefix="warm"))
@@ -199,8 +216,10 @@ def run_serve_wrk_bench(
             "-s", str(script), f"{base_url}/v1/machines",
         ]  # fmt: skip
         log.info("wrk posting", connections=connections, seconds=seconds)
+        cpu_before = process_cpu_seconds(pid)
         finished = subprocess.run(command, capture_output=True, text=True, check=False)
         last_post = time.monotonic()
+        cpu_after = process_cpu_seconds(pid)
         if finished.returncode != 0:
             raise RuntimeError(f"wrk failed ({finished.returncode}): {finished.stderr.strip()}")
         figures = json.loads(finished.stdout.strip().splitlines()[-1])
@@ -225,6 +244,9 @@ def run_serve_wrk_bench(
         max_ms=figures["max_us"] / 1000,
         with_outcome=with_outcome,
         seconds_to_all_outcomes=None if waited is None else round(waited, 2),
+        server_cpu_seconds=(
+            None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+        ),
     )
 
 
