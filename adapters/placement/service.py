@@ -486,7 +486,9 @@ class PlacementService:
                 if p.name not in present and (term_started or p.name not in known_workers)
             ]
         )
-        log.info(
+        # Following another process's submissions happens every few batches: quiet unless a
+        # term starts or a worker failed.
+        (log.info if term_started or failed else log.debug)(
             "workloads recovered from the log" if term_started else "workloads followed",
             queued=len(recovery.queued),
             waiting=len(recovery.waiting),
