@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## The main job: the burst-vms simulation on embedded SQLite (a scratch file per run).
+## The main job: every capability's scenario on embedded SQLite (a log each in fleetledger-sim/),
+## what batching bought, and the HTML report with its charts (its path is printed last).
 run: $(STAMP)
-	$(BIN)/fleetledger simulate --scenario burst-vms
+	$(BIN)/fleetledger simulate --scenario all --report fleetledger-sim/report.html
 
 ## The whole test suite: lint, type checks, then pytest against SQLite and Postgres.
 test: lint typecheck unit
@@ -35,4 +36,4 @@ unit: $(STAMP)
 	$(BIN)/pytest -n auto --dist loadfile
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache fleetledger.db*
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache fleetledger.db* fleetledger-sim fleetledger-sim.db*

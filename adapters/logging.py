@@ -1,4 +1,9 @@
-"""structlog configuration: a console renderer for people, JSON lines for machines."""
+"""structlog configuration: a console renderer for people, JSON lines for machines.
+
+Commands whose output is a report (``simulate``, ``bench``) log warnings only by default: the
+runtimes they drive log every takeover and migration at info, which buried the report's table
+under hundreds of lines. ``--verbose`` (or an explicit level) brings those lines back.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +18,18 @@ __all__ = ["configure_logging"]
 LOG_LEVEL_ENV = "FLEETLEDGER_LOG_LEVEL"
 
 
-def configure_logging(*, level: str | None = None, json_output: bool | None = None) -> None:
+def configure_logging(
+    *, level: str | None = None, json_output: bool | None = None, quiet: bool = False
+) -> None:
     """Configure structlog (and the stdlib root logger it may route through) once per process.
 
-    ``json_output`` defaults to "stderr is not a terminal": containers and CI get JSON lines, a
-    person at a terminal gets readable, coloured output.
+    The level is ``level``, else ``$FLEETLEDGER_LOG_LEVEL``, else ``warning`` if ``quiet`` (a
+    command printing a report) and ``info`` otherwise. ``json_output`` defaults to "stderr is
+    not a terminal": containers and CI get JSON lines, a person at a terminal gets readable,
+    coloured output.
     """
-    name = (level or os.environ.get(LOG_LEVEL_ENV) or "info").upper()
+    default = "warning" if quiet else "info"
+    name = (level or os.environ.get(LOG_LEVEL_ENV) or default).upper()
     numeric = logging.getLevelNamesMapping().get(name)
     if numeric is None:
         raise ValueError(f"unknown log level {name!r}: use debug, info, warning or error")

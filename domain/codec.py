@@ -3,7 +3,7 @@
 Every event that reaches the log is registered here, in one place, under a stable, versioned name
 (``"vm.MachineRequested"``, schema version 1). The class name can change; the registered name must
 not. A change to an event's fields that old data cannot satisfy gets a new schema version and an
-upcaster in the event store (PRODUCT.md §3, "Upcasting") — this module decodes only the current
+upcaster in the event store (docs/ARCHITECTURE.md, "The log") — this module decodes only the current
 version of each type.
 
 Encoding is driven by the dataclass field types, so a new event needs no codec code:
@@ -479,7 +479,7 @@ def _dataclass_decoder(cls: type) -> _Decode:
 # -- the registry --------------------------------------------------------------------------------
 # One line per stored event type. Names are forever: rename the class, never the string.
 
-# VM creation batching (PRODUCT.md §4.1): the grouper stream ...
+# VM creation batching (docs/ARCHITECTURE.md): the grouper stream ...
 _register(MachineRequested, "vm.MachineRequested", 1)
 _register(BatchSealed, "vm.BatchSealed", 1)
 _register(BatchOutcomesRecorded, "vm.BatchOutcomesRecorded", 1)
@@ -494,7 +494,7 @@ _register(BatchCompleted, "vm.BatchCompleted", 1)
 # Leader terms of the controllers sharing a database: one leadership stream.
 _register(LeaderElected, "leadership.LeaderElected", 1)
 
-# Batch jobs on slot testbeds (PRODUCT.md §4.5): one stream per testbed, per job, per scheduling.
+# Batch jobs on slot testbeds (docs/ARCHITECTURE.md): a stream per testbed, job and scheduling.
 _register(testbed.TestbedDefined, "testbed.TestbedDefined", 1)
 _register(testbed.ClusterObserved, "testbed.ClusterObserved", 1)
 _register(testbed.SlotReserved, "testbed.SlotReserved", 1)
@@ -519,7 +519,7 @@ _register(scheduling.SubmissionConfirmed, "scheduling.SubmissionConfirmed", 1)
 _register(scheduling.SchedulingCompleted, "scheduling.SchedulingCompleted", 1)
 _register(scheduling.QueueExtended, "scheduling.QueueExtended", 1)
 _register(scheduling.SchedulingReleased, "scheduling.SchedulingReleased", 1)
-# Node resource accounting (PRODUCT.md §4.4): one stream per node.
+# Node resource permits (docs/ARCHITECTURE.md): one stream per node.
 _register(NodeJoined, "nodes.NodeJoined", 1)
 _register(NodeCapacityChanged, "nodes.NodeCapacityChanged", 1)
 _register(NodeLeft, "nodes.NodeLeft", 1)
@@ -537,7 +537,7 @@ _register(VmLimitsChanged, "nodes.VmLimitsChanged", 1)
 _register(VmScalingChanged, "nodes.VmScalingChanged", 1)
 _register(VmUseChanged, "nodes.VmUseChanged", 1)
 _register(VmMigrationChanged, "nodes.VmMigrationChanged", 1)
-# Pod-IP batch sizing (PRODUCT.md §4.3): one stream per subnet.
+# Pod-IP batch sizing (docs/ARCHITECTURE.md): one stream per subnet.
 _register(ipam.SubnetCreated, "ipam.SubnetCreated", 1)
 _register(ipam.NodeJoined, "ipam.NodeJoined", 1)
 _register(ipam.NodeLeft, "ipam.NodeLeft", 1)
@@ -548,7 +548,7 @@ _register(ipam.PoolResized, "ipam.PoolResized", 1)
 _register(ipam.IpsRequested, "ipam.IpsRequested", 1)
 _register(ipam.IpsAllocated, "ipam.IpsAllocated", 1)
 _register(ipam.IpsReleased, "ipam.IpsReleased", 1)
-# Workloads acknowledged for placement (PRODUCT.md §4.2): one stream per workload.
+# Workloads acknowledged for placement (docs/ARCHITECTURE.md): one stream per workload.
 _register(workloads.WorkloadSubmitted, "placement.WorkloadSubmitted", 1)
 _register(workloads.WorkloadPlaced, "placement.WorkloadPlaced", 1)
 _register(workloads.WorkloadWaiting, "placement.WorkloadWaiting", 1)

@@ -5,8 +5,9 @@ then ``sealed``), the batch's own stream its progress (``dispatched``, back to `
 read finds the machine missing and it waits to be sent again) and its one outcome (``created`` or
 ``failed``). Statuses only move along that lifecycle; the log guarantees the order.
 
-The model lives in memory and is rebuilt from position 0 on start (PRODUCT.md §2 allows memory
-read models); folding from 0 and folding incrementally give equal views, which the tests check.
+The model lives in memory and is rebuilt from position 0 on start (docs/ARCHITECTURE.md, "Read
+models", says why); folding from 0 and folding incrementally give equal views, which the tests
+check.
 It keeps one view per request the grouper ever accepted — fine for this slice; a table-backed
 version with its checkpoint in the same transaction is the step for very long-lived groupers.
 

@@ -2,7 +2,7 @@
 
 Folded from the log in global order with the domain's own ``evolve``, one state per
 ``node-<name>`` stream, so a live model and one rebuilt from position 0 hold equal states. The
-model lives in memory and is rebuilt on start (PRODUCT.md §2 allows memory read models).
+model lives in memory and is rebuilt on start (docs/ARCHITECTURE.md, "Read models", says why).
 
 Dumpstate (seed 04's ``dumpstate.go``) is :func:`fleetledger.domain.nodes.dumpstate` over these
 states; :func:`dumpstate_at` folds the log up to any position instead, and :func:`dump_json`

@@ -4,7 +4,7 @@ Folded from the log in global order with the domain's own ``evolve``, one state 
 ``subnet-<id>`` stream, so a live model and one rebuilt from position 0 hold equal states. It
 also keeps each subnet's last :class:`~fleetledger.domain.ipam.BatchSizeChanged`: the batch size
 is only auditable with the inputs that decided it. The model lives in memory and is rebuilt on
-start (PRODUCT.md §2 allows memory read models).
+start (docs/ARCHITECTURE.md, "Read models", says why).
 
 :meth:`SubnetsProjection.view` is what ``GET /v1/subnets/{id}`` shows;
 :meth:`SubnetsProjection.dump` is the ``subnets`` part of dumpstate, and :func:`dump_at` replays

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -126,6 +127,45 @@ def _run(
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"{args} failed ({result.returncode}):\n{output}"
     return result.stdout if stdout_only else output
+
+
+SCRATCH = "sqlite:///scratch.db"
+"""A scratch log in the user's project folder, migrated first where a command needs one."""
+
+CHEAPEST_RUNS: dict[str, list[list[str]]] = {
+    "db": [["db", "upgrade", "--url", SCRATCH], ["db", "current", "--url", SCRATCH]],
+    "events": [
+        ["events", "types"],
+        ["db", "upgrade", "--url", SCRATCH],
+        ["events", "tail", "--url", SCRATCH, "--type", "vm.BatchSealed"],
+    ],
+    "audit": [["db", "upgrade", "--url", SCRATCH], ["audit", "verify", "--url", SCRATCH]],
+    "bench": [["bench", "grouper", "--requests", "200", "--repeat", "1"]],
+    "simulate": [["simulate", "--help"]],
+    "serve": [["serve", "--help"]],
+    "dumpstate": [["db", "upgrade", "--url", SCRATCH], ["dumpstate", "--url", SCRATCH]],
+    "extender": [["extender", "--help"]],
+    "completion": [["completion", "bash"], ["completion", "zsh"], ["completion", "fish"]],
+    "config": [["config", "show"]],
+    "replay": [["db", "upgrade", "--url", SCRATCH], ["replay", "--url", SCRATCH, "--until", "0"]],
+    "explain": [["explain", "--help"]],
+}
+"""Each top-level command's cheapest invocation from a plain install (a run where it is quick;
+``--help`` for servers, for ``simulate``, which other tests here run for real, and for
+``explain``, which needs a log holding what it explains)."""
+
+
+def _top_level_commands() -> set[str]:
+    from fleetledger.adapters.cli.main import build_parser
+
+    [commands] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(commands.choices)
+
+
+def test_every_command_has_a_cheapest_run() -> None:
+    """A command added to the CLI gets a line in :data:`CHEAPEST_RUNS`, so the installed wheel
+    runs it."""
+    assert _top_level_commands() - set(CHEAPEST_RUNS) == set()
 
 
 @pytest.fixture(scope="module")
@@ -267,6 +307,17 @@ class TestInstalledWheel:
         """The benchmarks a user can run on embedded SQLite run from the wheel alone."""
         cli = installed / "fleetledger"
         assert json.loads(_run([cli, "bench", *bench, "--json"], cwd=project, stdout_only=True))
+
+    @pytest.mark.parametrize("command", sorted(CHEAPEST_RUNS))
+    def test_every_command_runs_from_a_plain_install(
+        self, installed: Path, project: Path, command: str
+    ) -> None:
+        """Each top-level command runs from the wheel installed without extras (the image
+        installs the same wheel), each in a fresh project folder."""
+        if command not in _top_level_commands():
+            pytest.skip(f"this build has no `{command}` command")
+        for argv in CHEAPEST_RUNS[command]:
+            _run([installed / "fleetledger", *argv], cwd=project)
 
     def test_the_plugin_serves_a_users_tests(
         self, installed: Path, project: Path, eventstore_postgres_server: str

@@ -34,7 +34,6 @@ from datetime import timedelta
 from typing import Any
 
 import structlog
-from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
 from fleetledger.adapters.clock import SystemClock
@@ -46,6 +45,7 @@ from fleetledger.adapters.cloud import (
     ProgressCallback,
 )
 from fleetledger.adapters.http import create_app
+from fleetledger.adapters.http.in_process import TestClient
 from fleetledger.adapters.http.limits import DEFAULT_MAX_BODY_BYTES
 from fleetledger.adapters.machines import MachinesRuntime
 from fleetledger.adapters.simulator.dst import DstReport, run_seeds

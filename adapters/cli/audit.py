@@ -1,5 +1,10 @@
-"""``fleetledger audit``: tamper evidence — verifying the hash chain, and anchoring the log's
-head outside the database.
+"""``fleetledger audit``: tamper evidence — verifying the hash chain and the invariants every
+aggregate keeps, and anchoring the log's head outside the database.
+
+``audit verify`` replays the whole log through
+:class:`~fleetledger.projections.invariants.InvariantChecks` after the hash chain: a log whose
+hashes all verify may still hold what no correct controller writes (a second outcome, a grant
+beyond a node's capacity, a slot held twice), and an auditor wants the first such position.
 
 ``serve`` signs its anchors with the same key options, so it shares :func:`add_key_options`
 and :func:`read_key`.
@@ -10,14 +15,17 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from fleetledger.adapters.cli.common import EXIT_TAMPERED, print_json, require_database
 from fleetledger.adapters.cli.options import Subcommands, add_json, add_url, position
-from fleetledger.eventstore import open_store
+from fleetledger.eventstore import EventStore, open_store
 from fleetledger.eventstore._engine import resolve_url
+
+if TYPE_CHECKING:
+    from fleetledger.projections.invariants import Breach
 
 __all__ = ["add_key_options", "anchor", "read_key", "register", "verify"]
 
@@ -33,7 +41,13 @@ def register(commands: Subcommands) -> None:
     )
     add_url(verify_parser)
     add_json(verify_parser)
-    verify_parser.add_argument("--after", type=position, default=0, metavar="POSITION")
+    verify_parser.add_argument(
+        "--after",
+        type=position,
+        default=0,
+        metavar="POSITION",
+        help="check the chain from this position on",
+    )
     verify_parser.add_argument(
         "--anchor",
         type=Path,
@@ -53,6 +67,13 @@ def register(commands: Subcommands) -> None:
         type=position,
         metavar="POSITION",
         help="with --anchor: a position anchored before; the newest anchor must reach it",
+    )
+    verify_parser.add_argument(
+        "--skip-invariants",
+        action="store_true",
+        help="check the hash chain (and anchor) only, without replaying the aggregates' "
+        "invariants (one outcome per request, no grant beyond a node's capacity, no slot "
+        "held by two pods, legal state transitions)",
     )
     add_key_options(
         verify_parser, ed25519_help="the Ed25519 public key (PEM) that checks the anchor"
@@ -116,7 +137,9 @@ def verify(args: argparse.Namespace) -> int:
             if kept is not None and verifier is not None
             else None
         )
-    ok = report.ok and (checked is None or checked.ok)
+        invariants = None if args.skip_invariants else _check_invariants(store, head)
+    breach = None if invariants is None else invariants[0]
+    ok = report.ok and (checked is None or checked.ok) and breach is None
     if args.json:
         print_json(
             {
@@ -134,6 +157,13 @@ def verify(args: argparse.Namespace) -> int:
                     "sequence": checked.sequence,
                     "digest": checked.digest,
                 },
+                "invariants": None
+                if invariants is None
+                else {
+                    "ok": breach is None,
+                    "checked": invariants[1],
+                    "first_breach": None if breach is None else breach.to_dict(),
+                },
             }
         )
     elif not report.ok:
@@ -149,6 +179,14 @@ def verify(args: argparse.Namespace) -> int:
             "events table or the anchor file outside fleetledger.",
             file=sys.stderr,
         )
+    elif breach is not None and invariants is not None:
+        print(
+            f"BROKEN INVARIANT: first offending position {breach.position} ({breach.invariant}: "
+            f"{breach.detail}); {invariants[1] - 1} events before it keep every invariant. See "
+            "how it came about with `fleetledger explain ID` for an id it names, and "
+            "investigate the controller that wrote it.",
+            file=sys.stderr,
+        )
     else:
         print(f"ok: {report.checked} events verified up to position {report.last_position}")
         if checked is not None:
@@ -162,7 +200,24 @@ def verify(args: argparse.Namespace) -> int:
                 "  without --anchor a deleted tail or a rewrite with recomputed hashes goes "
                 "unnoticed; see `fleetledger audit anchor`"
             )
+        if invariants is not None:
+            print(
+                f"ok: {invariants[1]} events replayed from position 0 keep every invariant "
+                "(one outcome per request, no grant beyond a node's capacity, no slot held by "
+                "two pods, legal state transitions)"
+            )
     return 0 if ok else EXIT_TAMPERED
+
+
+def _check_invariants(store: EventStore, head: int) -> tuple[Breach | None, int]:
+    """The first breach of an invariant in the log up to ``head``, and how many events the
+    replay checked (up to and including the breach)."""
+    from fleetledger.projections.invariants import first_breach
+
+    def progress(position: int) -> None:
+        log.info("replaying invariants", position=position, head=head)
+
+    return first_breach(store, until=head, progress=progress)
 
 
 def _verifier(args: argparse.Namespace) -> Any:

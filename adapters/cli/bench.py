@@ -37,7 +37,9 @@ def register(commands: Subcommands) -> None:
     store_parser = bench_commands.add_parser("store", help="appends and replay against raw psycopg")
     add_url(store_parser)
     add_json(store_parser)
-    store_parser.add_argument("--events", type=count(maximum=10_000_000), default=2000)
+    store_parser.add_argument(
+        "--events", type=count(maximum=10_000_000), default=2000, help="events each phase appends"
+    )
     store_parser.set_defaults(run=store)
     _add_grouper(bench_commands)
     _add_serve(bench_commands)
@@ -91,7 +93,7 @@ def _add_extender(bench_commands: Subcommands) -> None:
         metavar="REASK:FIRST:PREEMPT",
         help="shares of re-asked filters, first filters and preemptions (default 80:10:10)",
     )
-    parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument("--seed", type=seed, default=0, help="fixes the calls' order")
     add_json(parser)
     parser.set_defaults(run=extender)
 
@@ -101,10 +103,14 @@ def _add_nodes(bench_commands: Subcommands) -> None:
         "nodes", help="agent permit requests per second through the HTTP endpoint (Postgres)"
     )
     add_url(parser)
-    parser.add_argument("--nodes", type=count(maximum=100_000), default=100)
-    parser.add_argument("--pods", type=count(maximum=10_000_000), default=2000)
-    parser.add_argument("--clients", type=count(maximum=10_000), default=64)
-    parser.add_argument("--seconds", type=seconds(), default=10.0)
+    parser.add_argument("--nodes", type=count(maximum=100_000), default=100, help="nodes")
+    parser.add_argument(
+        "--pods", type=count(maximum=10_000_000), default=2000, help="VM pods over the nodes"
+    )
+    parser.add_argument(
+        "--clients", type=count(maximum=10_000), default=64, help="concurrent agents"
+    )
+    parser.add_argument("--seconds", type=seconds(), default=10.0, help="timed seconds")
     add_json(parser)
     parser.set_defaults(run=nodes)
 
@@ -114,8 +120,10 @@ def _add_placement(bench_commands: Subcommands) -> None:
         "placement", help="planning and end-to-end placements per second over 1,000 nodes"
     )
     add_url(parser)
-    parser.add_argument("--nodes", type=count(maximum=100_000), default=1000)
-    parser.add_argument("--batch", type=count(), default=100)
+    parser.add_argument(
+        "--nodes", type=count(maximum=100_000), default=1000, help="workers in the snapshot"
+    )
+    parser.add_argument("--batch", type=count(), default=100, help="workloads per batch")
     add_json(parser)
     parser.set_defaults(run=placement)
 
@@ -216,9 +224,13 @@ def _add_grouper(bench_commands: Subcommands) -> None:
         "grouper", help="the pure Grouper's decide throughput and batching vs the minimum"
     )
     add_json(parser)
-    parser.add_argument("--requests", type=count(maximum=10_000_000), default=10_000)
-    parser.add_argument("--templates", type=count(maximum=100_000), default=5)
-    parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument(
+        "--requests", type=count(maximum=10_000_000), default=10_000, help="VM requests"
+    )
+    parser.add_argument(
+        "--templates", type=count(maximum=100_000), default=5, help="distinct templates"
+    )
+    parser.add_argument("--seed", type=seed, default=0, help="fixes the arrivals")
     parser.add_argument(
         "--repeat", type=count(maximum=1000), default=5, help="timed runs; the best is reported"
     )

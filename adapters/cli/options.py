@@ -230,7 +230,8 @@ def add_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         type=database_url,
-        help=f"database URL (default: ${DATABASE_URL_ENV}, else sqlite:///fleetledger.db)",
+        help=f"database URL (default: ${DATABASE_URL_ENV}, else the --config file's "
+        "database.url, else sqlite:///fleetledger.db)",
     )
 
 

@@ -59,8 +59,8 @@ log = structlog.get_logger("cli")
 def register(commands: Subcommands) -> None:
     parser = commands.add_parser("serve", help="run the HTTP API with the machines runtime")
     add_url(parser)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=port_number, default=8080)
+    parser.add_argument("--host", default="127.0.0.1", help="address the API listens on")
+    parser.add_argument("--port", type=port_number, default=8080, help="the API's port")
     parser.add_argument(
         "--cloud",
         choices=["fake", "azure-vm", "aks"],
@@ -71,10 +71,22 @@ def register(commands: Subcommands) -> None:
         "--grouper", type=name, default="default", help="grouper name (one stream per name)"
     )
     parser.add_argument(
-        "--idle-timeout", type=seconds(at_most=3600), default=0.5, metavar="SECONDS"
+        "--idle-timeout",
+        type=seconds(at_most=3600),
+        default=0.5,
+        metavar="SECONDS",
+        help="seal a VM batch after this long without a new request",
     )
-    parser.add_argument("--max-timeout", type=seconds(at_most=3600), default=5.0, metavar="SECONDS")
-    parser.add_argument("--max-batch-size", type=count(), default=50)
+    parser.add_argument(
+        "--max-timeout",
+        type=seconds(at_most=3600),
+        default=5.0,
+        metavar="SECONDS",
+        help="seal a VM batch this long after its first request",
+    )
+    parser.add_argument(
+        "--max-batch-size", type=count(), default=50, help="seal a VM batch at this many requests"
+    )
     parser.add_argument(
         "--max-concurrent-batches",
         type=count(),
@@ -260,6 +272,11 @@ def register(commands: Subcommands) -> None:
     parser.add_argument(
         "--extender-tls-key", metavar="FILE", help="the PEM private key of --extender-tls-cert"
     )
+    from fleetledger.adapters.config import defer_defaults
+
+    # The configuration model holds the defaults: a flag left out must not mask the
+    # environment or the --config file (adapters/config/arguments.py).
+    defer_defaults(parser, "serve")
     parser.set_defaults(run=run)
 
 
@@ -291,6 +308,7 @@ def run(args: argparse.Namespace) -> int:
             clock=clock,
             fake_latency=args.fake_latency,
             fake_state=args.fake_cloud_file,
+            environ=args.environ,
         )
         coordinator_options = choice.coordinator_options(
             write_rate=args.write_rate,
@@ -384,11 +402,13 @@ def run(args: argparse.Namespace) -> int:
                 routers=capabilities.routers,
                 companions=capabilities.runtimes,
                 readiness_checks=capabilities.readiness_checks,
+                metrics=capabilities.metrics,
             ),
             extender,
             capabilities.testbeds.service,
             binding,
             max_body_bytes=max_body_bytes,
+            metrics=capabilities.metrics,
         )
         GracefulServers(configs).run(binding)
     finally:
@@ -407,6 +427,7 @@ def _server_configs(
     listeners: list[socket.socket],
     *,
     max_body_bytes: int,
+    metrics: Any = None,
 ) -> list[Any]:
     """uvicorn's configuration of the API's server and, with ``--extender-port``, the
     extender's over the testbeds service (announced on its listener)."""
@@ -430,7 +451,11 @@ def _server_configs(
     if extender is not None:
         configs.append(
             extender.uvicorn_config(
-                testbeds, max_body_bytes=max_body_bytes, grace=grace, listeners=shared
+                testbeds,
+                max_body_bytes=max_body_bytes,
+                grace=grace,
+                listeners=shared,
+                metrics=metrics,
             )
         )
         extender.announce(listeners[1])
@@ -457,7 +482,7 @@ def _serve_anchor_signer(args: argparse.Namespace) -> Any:
     checked_anchor_period(args.anchor_every)
     if args.ed25519_key is not None:
         return Ed25519Signer(read_key(args.ed25519_key))
-    return hmac_key_from(args.key_file)
+    return hmac_key_from(args.key_file, environ=args.environ)
 
 
 def _serve_anchoring(
@@ -584,17 +609,26 @@ class ExtenderListener:
         return cls(host, port, tokens, tls)
 
     def uvicorn_config(
-        self, service: Any, *, max_body_bytes: int, grace: int, listeners: int = 1
+        self,
+        service: Any,
+        *,
+        max_body_bytes: int,
+        grace: int,
+        listeners: int = 1,
+        metrics: Any = None,
     ) -> Any:
         """The extender's server over ``service`` (a ``TestbedsService``), one of ``listeners``
-        in the process."""
+        in the process; ``/metrics`` serves ``metrics`` (a registry the API shares), else the
+        log's."""
         import uvicorn
 
         from fleetledger.adapters.extender.server import PUBLIC_PATHS, create_extender_app
         from fleetledger.adapters.http.listener import uvicorn_settings
 
         return uvicorn.Config(
-            create_extender_app(service, tokens=self.tokens, max_body_bytes=max_body_bytes),
+            create_extender_app(
+                service, tokens=self.tokens, max_body_bytes=max_body_bytes, metrics=metrics
+            ),
             host=self.host,
             port=self.port,
             timeout_graceful_shutdown=grace,

@@ -45,6 +45,9 @@ class Capabilities:
     cluster: Any
     testbeds: Any
     readiness_checks: list[Callable[[], Sequence[str]]]
+    metrics: Any = None
+    """The registry ``/metrics`` serves on the API and the extender (one fold of the log), given
+    the machines runtime."""
 
 
 def build_capabilities(
@@ -67,6 +70,7 @@ def build_capabilities(
     from fleetledger.adapters.http.subnets import subnets_router
     from fleetledger.adapters.http.testbeds import testbeds_router
     from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
+    from fleetledger.adapters.metrics.http import runtime_metrics
     from fleetledger.adapters.nodes import NodesRuntime
     from fleetledger.adapters.testbeds import TestbedsRuntime
 
@@ -100,6 +104,7 @@ def build_capabilities(
     if isinstance(gateway, ClusterHealth):
         checks.append(gateway.problems)
     routers: list[Any] = [agents_router(nodes), subnets_router(ipam), testbeds_router(testbeds)]
+    placement: Any = None
     if pools:
         from fleetledger.adapters.http.workloads import workloads_router
         from fleetledger.adapters.placement import PlacementRuntime
@@ -121,6 +126,7 @@ def build_capabilities(
         cluster=gateway,
         testbeds=testbeds,
         readiness_checks=checks,
+        metrics=None if machines is None else runtime_metrics(machines, placement=placement),
     )
 
 

@@ -8,6 +8,8 @@
                        the scheduler listed it, and as the victim the slot's ghost pod (by UID)
 ``GET /healthz``       liveness
 ``GET /readyz``        readiness: the event log answers
+``GET /metrics``       Prometheus metrics (:mod:`fleetledger.adapters.metrics`): the log's, and
+                       this process's append latency; the same registry as the API's in ``serve``
 =====================  ========================================================================
 
 Both forms of ``nodeCacheCapable`` are understood and answered in kind (:mod:`.wire`), and pods
@@ -64,6 +66,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import orjson
 import structlog
+from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fleetledger.adapters import runtime
@@ -76,6 +79,7 @@ from fleetledger.adapters.http.limits import (
     checked_max_body_bytes,
 )
 from fleetledger.adapters.http.probes import ProbeTimeout, SingleFlightCheck
+from fleetledger.adapters.metrics.http import MetricsEndpoint, metrics_registry
 from fleetledger.adapters.testbeds import (
     InvalidTestbedCommand,
     LogContention,
@@ -555,8 +559,8 @@ def extender_routes() -> dict[str, str]:
 
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
-"""The probes: answered without a token."""
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""The probes and the metrics: answered without a token, as on the API."""
 _PUBLIC = PUBLIC_PATHS
 
 
@@ -703,14 +707,17 @@ def create_extender_app(
     *,
     tokens: ApiTokens | Iterable[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    metrics: CollectorRegistry | None = None,
 ) -> ASGIApp:
     """The extender's HTTP app over ``service`` (serve it on a listener of its own): behind
-    bearer ``tokens`` when given (the probes stay open) and refusing bodies over
-    ``max_body_bytes``. ``ValueError`` for a token or limit that cannot be used."""
+    bearer ``tokens`` when given (the probes and ``/metrics`` stay open) and refusing bodies over
+    ``max_body_bytes``; ``/metrics`` serves ``metrics`` (default: the log's metrics).
+    ``ValueError`` for a token or limit that cannot be used."""
     limit = checked_max_body_bytes(max_body_bytes)
     if tokens is not None and not isinstance(tokens, ApiTokens):
         tokens = ApiTokens(tokens)
     app: ASGIApp = BodySizeLimit(_ExtenderApp(ExtenderDecider(service), service), max_bytes=limit)
+    app = MetricsEndpoint(app, metrics_registry(service.store) if metrics is None else metrics)
     if tokens is not None:
         app = BearerAuth(app, tokens=tokens, public_paths=_PUBLIC)
     return app

@@ -13,6 +13,9 @@
                                            keeps failing; role and term. Both answer within a
                                            second whatever the database does (:mod:`.probes`):
                                            ``503`` saying which check hangs
+``GET /metrics``                           Prometheus metrics (:mod:`fleetledger.adapters.
+                                           metrics`): folded from the log, plus the process's
+                                           role, append latency and placement costs
 =========================================  =====================================================
 
 With API tokens configured (:mod:`.auth`) every route but ``/healthz``, ``/readyz`` and
@@ -60,6 +63,7 @@ from fastapi import APIRouter, FastAPI, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
 
 from fleetledger.adapters.machines import (
     InvalidRequest,
@@ -70,6 +74,7 @@ from fleetledger.adapters.machines import (
     RequestRejected,
     RuntimeStopped,
 )
+from fleetledger.adapters.metrics.http import metrics_router, runtime_metrics
 from fleetledger.domain.errors import InvalidCommand
 from fleetledger.eventstore import EventStoreError, InvalidEvent, SchemaOutOfDate
 
@@ -125,6 +130,7 @@ def create_app(
     routers: Sequence[APIRouter] = (),
     companions: Sequence[Lifecycle] = (),
     readiness_checks: Sequence[Callable[[], Iterable[str]]] = (),
+    metrics: CollectorRegistry | None = None,
 ) -> FastAPI:
     """The API over ``runtime``; with ``manage_runtime`` the app starts and stops it.
 
@@ -132,7 +138,9 @@ def create_app(
     ``companions`` are their runtimes, started after ``runtime`` and stopped before it (so the
     machines runtime, which releases the leadership, stops last). ``readiness_checks`` name what
     else keeps the process from being ready (a companion's stalled duty, a stale cluster cache):
-    each problem they return fails ``/readyz``.
+    each problem they return fails ``/readyz``. ``GET /metrics`` serves ``metrics`` (default:
+    the log's metrics and the runtime's role, :func:`~fleetledger.adapters.metrics.http.
+    runtime_metrics`).
 
     ``api_tokens`` (an :class:`~.auth.ApiTokens` or the tokens themselves) makes every route but
     the probes require one of them; ``None`` leaves the API open, which only a caller that has
@@ -234,6 +242,7 @@ def create_app(
         return _JSON(view.to_dict())
 
     _install_health_routes(app, runtime, readiness_checks)
+    app.include_router(metrics_router(runtime_metrics(runtime) if metrics is None else metrics))
     for router in routers:
         app.include_router(router)
     return app

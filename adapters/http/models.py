@@ -155,7 +155,8 @@ _DiskGb = Annotated[
 
 
 class TemplateBody(BaseModel):
-    """The shared machine template (PRODUCT.md §4.1); every field enters the template hash."""
+    """The shared machine template (docs/ARCHITECTURE.md, "VM creation batching"); every field
+    enters the template hash."""
 
     model_config = ConfigDict(extra="forbid")
 

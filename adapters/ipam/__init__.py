@@ -1,4 +1,4 @@
-"""The pod-IP capability on the decider host (PRODUCT.md §4.3, seed 03).
+"""The pod-IP capability on the decider host (docs/ARCHITECTURE.md, "Pod-IP batch sizing").
 
 Modules, one job each: :mod:`~fleetledger.adapters.ipam.aggregate` (the Subnet aggregate, its
 codec and stream names), :mod:`~fleetledger.adapters.ipam.service` (decide and append subnet

@@ -1,6 +1,7 @@
 """The machine-request runtime: grouper service, coordinator reactor, driver, facade.
 
-The vertical slice of PRODUCT.md §4.1 — a request goes domain → log → reactor → cloud → outcome::
+The vertical slice of docs/ARCHITECTURE.md, "VM creation batching" — a request goes domain →
+log → reactor → cloud → outcome::
 
     from fleetledger.adapters.machines import MachineRequest, MachinesRuntime, skip_batching
     with MachinesRuntime(store, FakeCloud()) as runtime:

@@ -1,4 +1,4 @@
-"""Node resource accounting on the decider host (seed 04; PRODUCT.md §4.4).
+"""Node resource accounting on the decider host (docs/ARCHITECTURE.md, "Node resource permits").
 
 One ``node-<name>`` stream per node, hosted by :class:`NodeService`; :class:`ClusterSync` turns
 what the cluster shows into node commands and takes nodes over at a restart; the migration

@@ -1,4 +1,5 @@
-"""Batch workload placement on the node accounting streams (seed 02; PRODUCT.md §4.2).
+"""Batch workload placement on the node accounting streams (docs/ARCHITECTURE.md, "Workload
+placement").
 
 :class:`Collector` gathers requests into batches; :class:`PlacementService` plans each batch on
 one snapshot with :func:`fleetledger.domain.placement.plan` and commits it in one multi-stream

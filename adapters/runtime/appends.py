@@ -9,12 +9,14 @@ caller can reload its stream and decide again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
 
 from fleetledger.adapters.clock import Clock
+from fleetledger.adapters.metrics.appends import APPEND_LATENCY
 from fleetledger.eventstore import AppendResult, EventStore, StoreUnavailable, StreamAppend
 
 from .errors import LogUnavailable
@@ -52,7 +54,11 @@ def append_decision(
     """
     for attempt in range(1, policy.unavailable_attempts + 1):
         try:
-            return store.append_many(appends)
+            # Wall time, whatever the injected clock: how long the database took (/metrics).
+            started = time.perf_counter()
+            results = store.append_many(appends)
+            APPEND_LATENCY.observe(time.perf_counter() - started)
+            return results
         except StoreUnavailable as e:
             if attempt == policy.unavailable_attempts:
                 raise LogUnavailable(

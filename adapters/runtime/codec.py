@@ -11,8 +11,8 @@ canonical JSON data). So:
 Hashing the data as well as the slot matters: the store recognises a replay by id and place
 alone, so ids over (stream, version) only would let a different decision pass as the first one.
 
-Metadata follows PRODUCT.md §3: ``correlation_id`` (the request an event is about, else the
-entity it concerns), ``causation_id`` (the command or event that caused it), ``actor``, any
+Metadata (docs/ARCHITECTURE.md, "The log"): ``correlation_id`` (the request an event is about,
+else the entity it concerns), ``causation_id`` (the command or event that caused it), ``actor``, any
 fixed labels of the writer (e.g. ``grouper``) and, for the leader's duties, ``leader_term`` (the
 store refuses a deposed term). None of it is part of the id: the same decision is the same event
 whoever re-sends it.

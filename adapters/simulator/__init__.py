@@ -6,6 +6,11 @@ API calls, batching ratio, latency added by batching and outcomes; ``--compare n
 same arrivals with batching off. More scripted scenarios register with
 (:func:`~fleetledger.adapters.simulator.catalog.register_scenario`).
 
+``simulate --scenario all`` (:mod:`~fleetledger.adapters.simulator.all`) runs every capability's
+scenario and sums up what batching bought; :mod:`~fleetledger.adapters.simulator.report_html`
+draws it as one HTML page, and scenario files (:mod:`~fleetledger.adapters.simulator.scenario_file`)
+set the scenarios' fleets, subnets, demand curves and cloud in TOML.
+
 Deterministic simulation testing lives in :mod:`~fleetledger.adapters.simulator.dst` (every
 capability on one log under seeded faults, :func:`~fleetledger.adapters.simulator.dst.run_seeds`)
 and :mod:`~fleetledger.adapters.simulator.faults` (the fault schedule and its injectors).

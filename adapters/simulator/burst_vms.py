@@ -3,7 +3,8 @@
 Karpenter under waves of pending pods (seed 01, "Why Batching?"): three bursts of 50–200 requests,
 10–20 s apart, arrivals within a burst ~20 ms apart (exponential gaps), over four templates with
 Zipf-like popularity. About 3 % of the requests are flagged skip-batching (urgent ones). The cloud
-misbehaves the ways PRODUCT.md §4.1 lists, so the outcomes include failures:
+misbehaves the ways docs/ARCHITECTURE.md, "VM creation batching", lists, so the outcomes include
+failures:
 
 - three machines fail with ``ZonalAllocationFailed`` in their zone (capacity, per machine);
 - six machines are refused because they would exceed the regional vCPU quota

@@ -3,8 +3,9 @@
 The log's node events are decoded from their records and folded with the domain's ``evolve``, one
 by one, so each grant is checked against the state right before it: no amount may go below zero,
 and no grant may raise a pod's reservation while that leaves the node reserved beyond
-``total − system`` (a restart or a config change may leave a node above it, never a grant). The
-states folded are what the log rebuilds, for comparing with what a live runtime holds.
+``total − system`` (a restart or a config change may leave a node above it, never a grant) — the
+arithmetic ``audit verify`` checks too (:mod:`fleetledger.projections.invariants`). The states
+folded are what the log rebuilds, for comparing with what a live runtime holds.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fleetledger.domain.nodes import (
     ResourcesGranted,
 )
 from fleetledger.eventstore import EventStore
+from fleetledger.projections.invariants import grant_overruns, negative_amounts
 from fleetledger.projections.nodes import NODE_EVENT_TYPE_NAMES
 
 __all__ = ["NodeLogChecks"]
@@ -67,58 +69,14 @@ class NodeLogChecks:
             self.migrations_started += 1
         elif isinstance(event, ControllerRestarted):
             self.restarts.append(event)
-        self.negative_values += _negatives(after, _touched(event))
+        self.negative_values += negative_amounts(after, event)
         self.states[node] = after
 
     def _check_grant(
         self, node: str, before: NodeState, after: NodeState, event: ResourcesGranted
     ) -> None:
-        pod = before.vm_pods[event.pod]
-        for resource, granted, held, total in (
-            ("cpu", event.cpu_milli, pod.cpu.reserved, after.cpu),
-            ("memory", event.memory_slots, pod.memory.reserved, after.memory),
-        ):
-            if granted > held and total.reserved > total.reservable:
-                self.grants_beyond_capacity += 1
-                self.beyond_capacity.append(
-                    f"{node}: grant of {resource} to {event.pod} leaves {total.reserved} "
-                    f"reserved of {total.reservable} reservable"
-                )
+        overruns = grant_overruns(node, before, after, event)
+        self.grants_beyond_capacity += len(overruns)
+        self.beyond_capacity.extend(overruns)
         if event.cpu_pressure or event.memory_pressure:
             self.grants_short += 1
-
-
-def _touched(event: NodeEvent) -> set[str] | None:
-    """The pod an event is about, or ``None`` if it is about the whole node."""
-    pod = getattr(event, "pod", None)
-    return {pod} if isinstance(pod, str) else None
-
-
-def _negatives(state: NodeState, touched: set[str] | None) -> int:
-    """How many amounts of the node, or of its ``touched`` pods, are below zero.
-
-    The decider must never produce one; pods a decision did not touch cannot have changed.
-    """
-    amounts = [state.gpu_total, state.gpu_reserved, state.other_raw_cpu_milli]
-    amounts.append(state.other_raw_memory_bytes)
-    for resource in (state.cpu, state.memory):
-        amounts.extend(
-            (
-                resource.total,
-                resource.system,
-                resource.reserved,
-                resource.buffer,
-                resource.capacity_pressure,
-                resource.pressure_accounted_for,
-            )
-        )
-    pods = state.vm_pods.values() if touched is None else (state.vm_pods.get(n) for n in touched)
-    for pod in pods:
-        if pod is None:
-            continue
-        amounts.extend((pod.gpu, pod.cpu_accounted, pod.memory_accounted))
-        for held in (pod.cpu, pod.memory):
-            amounts.extend(
-                (held.min, held.use, held.max, held.reserved, held.buffer, held.capacity_pressure)
-            )
-    return sum(1 for amount in amounts if amount < 0)

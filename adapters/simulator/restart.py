@@ -823,14 +823,28 @@ class _Run:
     async def _send(
         self, asks: list[tuple[_Agent, int, int]]
     ) -> list[Grant | BaseException | None]:
+        # Node by node, each node's requests together, through the async path the agent
+        # endpoint takes: a node's requests are decided in the order sent on its stream's
+        # committer, while requests to several nodes at once would reach the log in whatever
+        # order those committers finish, and the same seed must write the same log.
         service = self.runtime.service
-        return await asyncio.gather(
-            *(
-                service.arequest_resources(agent.name, cpu_milli=cpu, memory_slots=memory)
-                for agent, cpu, memory in asks
-            ),
-            return_exceptions=True,
-        )
+        answers: list[Grant | BaseException | None] = [None] * len(asks)
+        by_node: dict[str | None, list[int]] = {}
+        for index, (agent, _, _) in enumerate(asks):
+            by_node.setdefault(service.node_of(agent.name), []).append(index)
+        for indexes in by_node.values():
+            decided = await asyncio.gather(
+                *(
+                    service.arequest_resources(
+                        asks[i][0].name, cpu_milli=asks[i][1], memory_slots=asks[i][2]
+                    )
+                    for i in indexes
+                ),
+                return_exceptions=True,
+            )
+            for i, answer in zip(indexes, decided, strict=True):
+                answers[i] = answer
+        return answers
 
     def _granted(self, agent: _Agent, cpu: int, memory: int, grant: Grant) -> None:
         agent.permit_cpu, agent.permit_memory = grant.cpu_milli, grant.memory_slots

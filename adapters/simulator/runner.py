@@ -18,7 +18,6 @@ so reruns never collide; nothing is deleted there.
 from __future__ import annotations
 
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,9 +84,10 @@ def run_script(
 ) -> SimulationReport:
     """Execute ``script`` and report; see the module docstring."""
     started = time.perf_counter()
-    run_id = uuid.uuid4().hex[:12]
-    grouper = f"sim-{run_id}"
     with simulation_store(url) as store:
+        # Named from the seed and where the log stood, not at random: the same seed on the same
+        # log writes the same streams, and a second run on a shared log gets streams of its own.
+        grouper = f"sim-{mode}-{seed}-{store.head()}"
         clock = VirtualTime(EPOCH, max_concurrent=script.max_concurrent_batches)
         # As the real adapters do, failed machines are deleted (they would stay billed).
         fake = FakeCloud(clock=clock, latency=script.cloud_latency_seconds, delete_failed=True)

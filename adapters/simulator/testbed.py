@@ -40,12 +40,11 @@ from datetime import UTC, datetime
 from random import Random
 from typing import TypeVar
 
-from fastapi.testclient import TestClient
-
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cluster import FakeCluster, Node, NoRoom
 from fleetledger.adapters.extender import wire
 from fleetledger.adapters.extender.server import create_extender_app
+from fleetledger.adapters.http.in_process import TestClient
 from fleetledger.adapters.runtime import Leadership, MemoryLease
 from fleetledger.adapters.simulator.logs import simulation_store
 from fleetledger.adapters.testbeds import GHOST_LABEL, FakeApplications, TestbedsRuntime

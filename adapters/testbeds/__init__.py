@@ -1,4 +1,5 @@
-"""Batch jobs on slot testbeds, run on the decider host (PRODUCT.md §4.5).
+"""Batch jobs on slot testbeds, run on the decider host (docs/ARCHITECTURE.md, "Batch jobs on
+slot testbeds").
 
 - :class:`TestbedsService`: the testbed, job and scheduling streams, hosted; users' commands
   (each answering where it left its resource in the log, :class:`Written`) and reads;

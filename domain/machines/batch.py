@@ -28,8 +28,9 @@ next :class:`RecordDispatch` creates it again. After ``max_attempts`` dispatches
 still not found fails with code ``not_created`` (retryable), so a batch always terminates.
 
 The original fanned one error out to all callers and treated machines missing from a partial error
-map as created (PRODUCT.md §4.1). Here a whole-call failure fails each unresolved request with that
-error explicitly, and a machine missing from a per-machine result map stays unresolved until read.
+map as created (docs/ARCHITECTURE.md, "VM creation batching"). Here a whole-call failure fails
+each unresolved request with that error explicitly, and a machine missing from a per-machine
+result map stays unresolved until read.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Batch workload placement (seed 02; PRODUCT.md §4.2): a whole batch planned on one snapshot.
+"""Batch workload placement (docs/ARCHITECTURE.md, "Workload placement"): a batch on one snapshot.
 
 Seed 02's scheduler placed requests one at a time against a cache it invalidated after each; by
 the fiftieth request the cache showed every worker full and it asked for 50+ workers that were not
