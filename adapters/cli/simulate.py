@@ -70,7 +70,8 @@ def register(commands: Subcommands) -> None:
         type=Path,
         metavar="FILE.toml",
         help="fleets, subnets, demand curves and cloud behaviour of the scenarios, in TOML "
-        "(sections [burst-vms], [subnet], [restart]; see ops/scenarios/example.toml)",
+        "(sections [burst-vms], [burst-workloads], [subnet], [restart]; see "
+        "ops/scenarios/example.toml)",
     )
     parser.add_argument(
         "--report",
@@ -333,7 +334,9 @@ def _run_testbed(seed: int, url: str, compare: str | None, file: ScenarioFile) -
 def _run_placement(seed: int, url: str, compare: str | None, file: ScenarioFile) -> Any:
     from fleetledger.adapters.simulator.placement import run_placement_scenario
 
-    return run_placement_scenario(seed, compare_naive=compare == "naive", url=url)
+    return run_placement_scenario(
+        seed, compare_naive=compare == "naive", url=url, settings=file.placement
+    )
 
 
 # The scenarios of the other capabilities: their runners take the seed, the log's URL, the

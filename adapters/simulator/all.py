@@ -236,7 +236,9 @@ def run_all(seed: int, *, logs: Mapping[str, str], scenario_file: ScenarioFile) 
         if name == "burst-vms":
             reports[name] = run_scenario(name, seed=seed, url=url, definition=file.burst_vms)
         elif name == "burst-workloads":
-            reports[name] = run_placement_scenario(seed, compare_naive=True, url=url)
+            reports[name] = run_placement_scenario(
+                seed, compare_naive=True, url=url, settings=file.placement
+            )
         elif name == "subnet":
             reports[name] = run_subnet_scenario(seed, url=url, **file.subnet.kwargs())
         elif name == "restart":

@@ -75,6 +75,7 @@ from fleetledger.projections.dumpstate import dumpstate_of
 
 __all__ = [
     "PHASES",
+    "PlacementSettings",
     "PhaseFigures",
     "PlacementReport",
     "placement_runtime",
@@ -85,7 +86,6 @@ __all__ = [
 PHASES = ("fits", "overflow")
 _GIB = 1 << 30
 _MIB = 1 << 20
-_WORKERS = 20
 _BURST = 100
 _CACHE_SECONDS = 0.5
 _EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
@@ -95,6 +95,32 @@ _POOL = Pool(
     worker_cpu_milli=4000,
     worker_memory_bytes=16 * _GIB,
 )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementSettings:
+    """The fleet and the bursts of ``burst-workloads``: ``workers`` joined workers of ``pool``,
+    and bursts of ``burst`` workloads — the overflow ones take a quarter, a half or three
+    quarters of a worker's CPU and 1 GiB, so CPU binds and the fewest workers is exact."""
+
+    workers: int = 20
+    burst: int = _BURST
+    pool: Pool = _POOL
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.workers <= 10_000 or not 1 <= self.burst <= 100_000:
+            raise ValueError("workers must be 1-10000 and burst 1-100000")
+        cpu, memory = self.pool.worker_cpu_milli, self.pool.worker_memory_bytes
+        if cpu < 2000 or cpu % 4:
+            raise ValueError(
+                f"a worker's CPU must be a multiple of 4 milli-CPU, at least 2000, got {cpu}: "
+                "the overflow burst is made of quarters of it"
+            )
+        if memory < 8 * _GIB:
+            raise ValueError(
+                f"a worker's memory must be at least 8 GiB, got {memory / _GIB:g} GiB: four "
+                "overflow workloads of 1 GiB must fit on one by memory, so that CPU binds"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +156,7 @@ class PlacementReport:
     seed: int
     phases: tuple[PhaseFigures, ...]
     overcommitted_nodes: int
+    settings: PlacementSettings = PlacementSettings()
     node_events_per_batch: int
     optimality_gap: int = 0
     naive: tuple[PhaseFigures, ...] | None = None
@@ -142,10 +169,10 @@ class PlacementReport:
             "scenario": "burst-workloads",
             "seed": self.seed,
             "config": {
-                "workers": _WORKERS,
-                "burst": _BURST,
-                "worker_cpu_milli": _POOL.worker_cpu_milli,
-                "worker_memory_bytes": _POOL.worker_memory_bytes,
+                "workers": self.settings.workers,
+                "burst": self.settings.burst,
+                "worker_cpu_milli": self.settings.pool.worker_cpu_milli,
+                "worker_memory_bytes": self.settings.pool.worker_memory_bytes,
                 "naive_cache_seconds": _CACHE_SECONDS,
             },
             "phases": [p.to_dict() for p in self.phases],
@@ -166,7 +193,11 @@ class PlacementReport:
 
     def render(self) -> str:
         """A readable table, the naive placer beside the batches when compared."""
-        lines = [f"burst-workloads (seed {self.seed}): {_WORKERS} workers, bursts of {_BURST}"]
+        settings = self.settings
+        lines = [
+            f"burst-workloads (seed {self.seed}): {settings.workers} workers, bursts of "
+            f"{settings.burst}"
+        ]
         header = f"  {'phase':<9} {'placer':<7} {'placed':>7} {'workers':>8} {'minimum':>8} "
         lines.append(header + f"{'snapshots/batch':>16} {'appends/batch':>14}")
         runs = [("batch", self.phases)]
@@ -197,29 +228,36 @@ class PlacementReport:
 
 
 def run_placement_scenario(
-    seed: int, *, compare_naive: bool = False, url: str | None = None
+    seed: int,
+    *,
+    compare_naive: bool = False,
+    url: str | None = None,
+    settings: PlacementSettings | None = None,
 ) -> PlacementReport:
     """Run ``burst-workloads``; see the module docstring. ``url`` must name a database with no
-    events yet (the batch runtime's fleet is ``cpu-*``, the naive placer's, added after it,
-    ``naive-*``); a scratch SQLite file when ``None``."""
+    events yet (the batch runtime's fleet is named after its pool, the naive placer's, added
+    after it, ``naive-*``); a scratch SQLite file when ``None``."""
+    settings = settings or PlacementSettings()
     rng = Random(seed)
-    fits = small_workloads(rng)
-    sizes = [rng.choice((1000, 2000, 3000)) for _ in range(_BURST)]
+    fits = small_workloads(rng, count=settings.burst)
+    quarter = settings.pool.worker_cpu_milli // 4
+    sizes = [rng.choice((1, 2, 3)) * quarter for _ in range(settings.burst)]
     overflow = [
         WorkloadRequest(id=f"over-{i:03}", cpu_milli=cpu, memory_bytes=_GIB)
         for i, cpu in enumerate(sizes)
     ]
-    minimum = _quarters_minimum(sizes)
+    minimum = _quarters_minimum(sizes, quarter)
     with simulation_store(url, fresh=True) as store:
         phases, overcommitted, node_events, gap, checkpoints = _batched(
-            store, fits, overflow, minimum
+            store, fits, overflow, minimum, settings
         )
     naive = naive_over = None
     if compare_naive:
         with simulation_store(url) as store:
-            naive, naive_over = _naive(store, fits, overflow, minimum)
+            naive, naive_over = _naive(store, fits, overflow, minimum, settings)
     return PlacementReport(
         seed=seed,
+        settings=settings,
         phases=phases,
         overcommitted_nodes=overcommitted,
         node_events_per_batch=node_events,
@@ -250,17 +288,18 @@ def small_workloads(
     ]
 
 
-def _quarters_minimum(sizes: Sequence[int]) -> int:
-    """The fewest 4-CPU workers holding items of 1, 2 and 3 CPUs (exact, see the docstring)."""
-    quarter = _POOL.worker_cpu_milli // 4
+def _quarters_minimum(sizes: Sequence[int], quarter: int) -> int:
+    """The fewest workers holding items of 1, 2 and 3 quarters of one (exact, see the
+    docstring)."""
     n1, n2, n3 = (sum(1 for s in sizes if s == k * quarter) for k in (1, 2, 3))
     return n3 + -(-(2 * n2 + max(0, n1 - n3)) // 4)
 
 
-def _residents() -> list[WorkloadRequest]:
+def _residents(settings: PlacementSettings) -> list[WorkloadRequest]:
+    cpu = settings.pool.worker_cpu_milli
     return [
-        WorkloadRequest(id=f"resident-{i:03}", cpu_milli=_POOL.worker_cpu_milli, memory_bytes=_GIB)
-        for i in range(_WORKERS)
+        WorkloadRequest(id=f"resident-{i:03}", cpu_milli=cpu, memory_bytes=_GIB)
+        for i in range(settings.workers)
     ]
 
 
@@ -283,15 +322,15 @@ class _Provisioner:
         return ("sealed", "simulated") if asked else None
 
 
-def _join(service: NodeService, name: str) -> None:
+def _join(service: NodeService, name: str, pool: Pool) -> None:
     service.execute(
         name,
         lambda at: [
             JoinNode(
                 name,
-                _POOL.worker_cpu_milli,
-                _POOL.worker_memory_bytes,
-                _POOL.worker_gpu,
+                pool.worker_cpu_milli,
+                pool.worker_memory_bytes,
+                pool.worker_gpu,
                 DEFAULT_NODE_CONFIG,
                 at=at,
             )
@@ -300,10 +339,12 @@ def _join(service: NodeService, name: str) -> None:
     )
 
 
-def _fleet(store: EventStore, clock: ManualClock, prefix: str) -> NodeService:
+def _fleet(
+    store: EventStore, clock: ManualClock, prefix: str, settings: PlacementSettings
+) -> NodeService:
     service = NodeService(store, clock=clock)
-    for i in range(_WORKERS):
-        _join(service, f"{prefix}-{i:03}")
+    for i in range(settings.workers):
+        _join(service, f"{prefix}-{i:03}", settings.pool)
     return service
 
 
@@ -338,11 +379,13 @@ def _batched(
     fits: list[WorkloadRequest],
     overflow: list[WorkloadRequest],
     minimum: int,
+    settings: PlacementSettings,
 ) -> tuple[tuple[PhaseFigures, ...], int, int, int, tuple[Checkpoint, ...]]:
     clock = ManualClock(_EPOCH)
-    nodes = _fleet(store, clock, _POOL.name)
+    pool = settings.pool
+    nodes = _fleet(store, clock, pool.name, settings)
     machines = _Provisioner()
-    runtime = placement_runtime(store, nodes, [_POOL], machines=machines, clock=clock)
+    runtime = placement_runtime(store, nodes, [pool], machines=machines, clock=clock)
     with runtime:
         start = store.head()
         runtime.submit(fits)
@@ -360,7 +403,7 @@ def _batched(
         checkpoints = [_checkpoint(store, runtime, "fits placed")]
         for request in fits:
             runtime.release(request.id)
-        runtime.submit(_residents())
+        runtime.submit(_residents(settings))
         runtime.step()
         asked_before = len(machines.requested)
         start = store.head()
@@ -369,7 +412,7 @@ def _batched(
         checkpoints.append(_checkpoint(store, runtime, "overflow workers requested"))
         for name in machines.requested[asked_before:]:
             clock.advance(timedelta(seconds=1))
-            _join(nodes, name)
+            _join(nodes, name, pool)
         reports += runtime.step()
         node_events = max(node_events, _node_events_per_batch(store, start, reports))
         second = _phase(
@@ -382,7 +425,7 @@ def _batched(
         )
         checkpoints.append(_checkpoint(store, runtime, "overflow placed"))
     gap = sum(report.optimality_gap for report in runtime.reports)
-    overcommitted = _overcommitted(store, f"{_POOL.name}-")
+    overcommitted = _overcommitted(store, f"{pool.name}-")
     return (first, second), overcommitted, node_events, gap, tuple(checkpoints)
 
 
@@ -423,9 +466,9 @@ def _phase(
 class _Naive:
     """One request at a time against a cache refreshed every 500 ms (seed 02's "before")."""
 
-    def __init__(self, store: EventStore, clock: ManualClock) -> None:
+    def __init__(self, store: EventStore, clock: ManualClock, settings: PlacementSettings) -> None:
         self.clock = clock
-        self.nodes = _fleet(store, clock, "naive")
+        self.nodes = _fleet(store, clock, "naive", settings)
         self.cache: dict[str, tuple[int, int]] = {}
         self.cached_at: datetime | None = None
         self.cache_reads = 0
@@ -487,9 +530,10 @@ def _naive(
     fits: list[WorkloadRequest],
     overflow: list[WorkloadRequest],
     minimum: int,
+    settings: PlacementSettings,
 ) -> tuple[tuple[PhaseFigures, ...], int]:
     clock = ManualClock(_EPOCH)
-    naive = _Naive(store, clock)
+    naive = _Naive(store, clock, settings)
     figures = []
     for name, burst, least in (("fits", fits, 0), ("overflow", overflow, minimum)):
         if name == "overflow":
@@ -498,7 +542,7 @@ def _naive(
                 if node is not None:
                     naive.nodes.execute(node, partial(_release, request.id), cause="naive:release")
             clock.advance(timedelta(seconds=1))
-            for resident in _residents():
+            for resident in _residents(settings):
                 # Setup, not measured: a fresh cache for each, so the fleet is full as in the
                 # batch run.
                 clock.advance(timedelta(seconds=1))

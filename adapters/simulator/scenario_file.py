@@ -26,6 +26,15 @@ defaults (the figures the README quotes)::
     fall_s = 180
     tail_s = 60
 
+    [burst-workloads]             # the placement fleet and its two bursts
+    workers = 20                  # workers joined before the bursts
+    burst = 100                   # workloads in each burst
+    [burst-workloads.pool]        # the pool the workers belong to and overflow grows
+    name = "cpu"
+    vm_size = "Standard_D4s_v5"
+    worker_cpu_milli = 4000       # a multiple of 4, at least 2000 (the overflow is quarters)
+    worker_memory_gib = 16        # at least 8, so that CPU binds
+
     [restart]                     # the fleet whose controller restarts (any RestartSettings field)
     nodes = 10
     pods_per_node = 12
@@ -34,9 +43,9 @@ defaults (the figures the README quotes)::
 The ``burst-vms`` section becomes the scenario *definition* the catalog's runner already takes
 (:func:`~fleetledger.adapters.simulator.runner.run_scenario`'s ``definition``): its script is the
 chosen cloud profile's, with the file's cloud and batching settings put in. The other sections
-become the keyword arguments of their scenario's runner. ``burst-workloads`` and ``testbed`` run a
-fixed fleet and take no settings; a section for them, an unknown key or a value of the wrong type
-or out of range is refused with the file, the section and the key, and what is allowed.
+become the keyword arguments of their scenario's runner. ``testbed`` runs a fixed testbed and
+takes no settings; a section for it, an unknown key or a value of the wrong type or out of range
+is refused with the file, the section and the key, and what is allowed.
 """
 
 from __future__ import annotations
@@ -50,7 +59,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from fleetledger.domain.placement import Pool
+from fleetledger.domain.template import MachineTemplate
+
 from .burst_vms import burst_vms
+from .placement import PlacementSettings
 from .restart import RestartSettings
 from .scenarios import Scenario, Script
 
@@ -59,7 +72,7 @@ __all__ = ["ScenarioFile", "SubnetSettings", "load_scenario_file", "parse_scenar
 _EXAMPLE = "ops/scenarios/example.toml"
 """Where a user finds every key with its default."""
 
-_SETTLED_SCENARIOS = ("burst-workloads", "testbed")
+_SETTLED_SCENARIOS = ("testbed",)
 """Scenarios with a fixed fleet: nothing in them is read from a file."""
 
 
@@ -123,6 +136,19 @@ class _Subnet(_Strict):
         return self
 
 
+class _WorkloadPool(_Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9]{0,11}$")] = "cpu"
+    vm_size: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]{1,64}$")] = "Standard_D4s_v5"
+    worker_cpu_milli: Annotated[int, Field(ge=2000, le=1_000_000, multiple_of=4)] = 4000
+    worker_memory_gib: Annotated[int, Field(ge=8, le=16_384)] = 16
+
+
+class _BurstWorkloads(_Strict):
+    workers: Annotated[int, Field(ge=1, le=10_000)] = 20
+    burst: Annotated[int, Field(ge=1, le=100_000)] = 100
+    pool: _WorkloadPool = _WorkloadPool()
+
+
 _RESTART_DEFAULTS = RestartSettings()
 
 
@@ -153,6 +179,7 @@ _Restart = _restart_model()
 class _File(_Strict):
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
     burst_vms: _BurstVms = Field(default=_BurstVms(), alias="burst-vms")
+    burst_workloads: _BurstWorkloads = Field(default=_BurstWorkloads(), alias="burst-workloads")
     subnet: _Subnet = _Subnet()
     # Checked on its own (its model is built from RestartSettings at import, which a static
     # annotation cannot name): see parse_scenario_file.
@@ -184,6 +211,8 @@ class ScenarioFile:
     seed: int | None = None
     burst_vms: Scenario | None = None
     """The ``burst-vms`` definition for the catalog's runner; ``None``: the catalog's own."""
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
+    """The ``burst-workloads`` scenario's fleet and bursts."""
     subnet: SubnetSettings = field(default_factory=SubnetSettings)
     restart: RestartSettings = field(default_factory=RestartSettings)
 
@@ -211,7 +240,7 @@ def parse_scenario_file(text: str, *, source: str = "<scenario file>") -> Scenar
         if name in raw:
             raise ValueError(
                 f"{source}: [{name}] takes no settings (its fleet is fixed); remove the section. "
-                "Sections a file may hold: [burst-vms], [subnet], [restart]"
+                "Sections a file may hold: [burst-vms], [burst-workloads], [subnet], [restart]"
             )
     try:
         parsed = _File.model_validate(raw)
@@ -224,10 +253,21 @@ def parse_scenario_file(text: str, *, source: str = "<scenario file>") -> Scenar
     except ValueError as e:
         raise ValueError(f"{source}: [restart] {e}") from None
     subnet = parsed.subnet
+    workloads = parsed.burst_workloads
     return ScenarioFile(
         source=source,
         seed=parsed.seed,
         burst_vms=_burst_vms(parsed.burst_vms, source) if "burst-vms" in raw else None,
+        placement=PlacementSettings(
+            workers=workloads.workers,
+            burst=workloads.burst,
+            pool=Pool(
+                name=workloads.pool.name,
+                template=MachineTemplate(vm_size=workloads.pool.vm_size),
+                worker_cpu_milli=workloads.pool.worker_cpu_milli,
+                worker_memory_bytes=workloads.pool.worker_memory_gib << 30,
+            ),
+        ),
         subnet=SubnetSettings(
             nodes=subnet.nodes,
             capacity=subnet.capacity,
@@ -277,7 +317,7 @@ def _first_problem(error: ValidationError, section: tuple[str, ...] = ()) -> str
     if kind == "extra_forbidden" and len(where) == 1:
         return (
             f"unknown section or key {where[0]!r}; a file holds `seed` and the sections "
-            f"[burst-vms], [subnet], [restart] (see {_EXAMPLE})"
+            f"[burst-vms], [burst-workloads], [subnet], [restart] (see {_EXAMPLE})"
         )
     if kind == "extra_forbidden":
         return f"[{'.'.join(where[:-1])}] {where[-1]}: unknown key (see {_EXAMPLE})"

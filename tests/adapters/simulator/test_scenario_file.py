@@ -72,6 +72,20 @@ class TestSettings:
 
         assert (file.seed, file.restart.nodes, file.restart.watermark) == (4, 3, 0.5)
 
+    def test_placement_fleet_and_pool(self) -> None:
+        file = parse_scenario_file(
+            "[burst-workloads]\nworkers = 6\nburst = 30\n"
+            '[burst-workloads.pool]\nname = "big"\nworker_cpu_milli = 8000\n'
+            "worker_memory_gib = 32\n"
+        )
+
+        placement = file.placement
+        assert (placement.workers, placement.burst, placement.pool.name) == (6, 30, "big")
+        assert (placement.pool.worker_cpu_milli, placement.pool.worker_memory_bytes) == (
+            8000,
+            32 << 30,
+        )
+
 
 class TestRefusals:
     @pytest.mark.parametrize(
@@ -93,6 +107,14 @@ class TestRefusals:
             ('[burst-vms]\ncloud_profile = "gcp"', "[burst-vms] cloud_profile: Input should be"),
             ("[burst-vms.batching]\nidle_timeout_ms = 9000", "must not exceed max_timeout"),
             ("[subnet\n", "is not valid TOML"),
+            (
+                "[burst-workloads.pool]\nworker_cpu_milli = 4001",
+                "[burst-workloads.pool] worker_cpu_milli: Input should be a multiple of 4",
+            ),
+            (
+                "[burst-workloads.pool]\nworker_memory_gib = 4",
+                "[burst-workloads.pool] worker_memory_gib: Input should be greater than or equal",
+            ),
         ],
     )
     def test_a_bad_file_is_refused_naming_section_and_key(self, text: str, message: str) -> None:
@@ -124,6 +146,26 @@ class TestCommand:
         report = json.loads(capsys.readouterr().out)
         assert report["seed"] == 9
         assert (report["config"]["nodes"], report["config"]["capacity"]) == (3, 64)
+
+    def test_the_placement_scenario_takes_its_fleet(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """``--scenario burst-workloads --scenario-file`` runs the file's workers and pool."""
+        monkeypatch.chdir(tmp_path)
+        file = tmp_path / "w.toml"
+        file.write_text(
+            "[burst-workloads]\nworkers = 4\nburst = 12\n"
+            "[burst-workloads.pool]\nworker_cpu_milli = 8000\nworker_memory_gib = 32\n"
+        )
+
+        args = ["simulate", "--scenario", "burst-workloads", "--scenario-file", str(file)]
+        assert main([*args, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert (report["config"]["workers"], report["config"]["burst"]) == (4, 12)
+        assert report["config"]["worker_cpu_milli"] == 8000
+        overflow = report["phases"][1]
+        assert overflow["placed"] == overflow["requests"] == 12
+        assert overflow["workers_requested"] == overflow["bin_packing_minimum"]
 
     def test_a_bad_file_exits_2_before_anything_runs(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
