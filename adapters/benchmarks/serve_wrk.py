@@ -13,7 +13,10 @@ Figures: POSTs per second accepted (202), the latency tail as wrk measured it (p
 p99.9, max), answers other than 202 and socket errors, *lost* (accepted, not in the log: must
 be 0), the server's CPU time per POST, and ``seconds_to_all_outcomes`` after the last POST
 (``None`` when some had none by the deadline). The targets: at least 2,000 POSTs/s, and every
-outcome within 15 s of the last POST.
+outcome within 15 s of the last POST. ``runs`` consecutive runs against the same server (the
+log growing under it) show whether the tail holds run after run: the tail target, for a fake
+cloud of 50 ms a batch (the coordinator creating machines while the POSTs run), is at least
+2,500 POSTs/s with a p99 under 50 ms in every run, and every outcome within 5 s.
 """
 
 from __future__ import annotations
@@ -35,11 +38,14 @@ from fleetledger.eventstore import EventStore, open_store
 from .scratch import scratch_database
 from .serve import TARGET_POSTS_PER_SECOND, drive, process_cpu_seconds, serve_process
 
-__all__ = ["TARGET_OUTCOME_SECONDS", "WrkServeReport", "run_serve_wrk_bench"]
+__all__ = ["TARGET_OUTCOME_SECONDS", "WrkServeReport", "WrkServeSeries", "run_serve_wrk_bench"]
 
 log = structlog.get_logger("bench.serve")
 
 TARGET_OUTCOME_SECONDS = 15.0
+TAIL_POSTS_PER_SECOND = 2_500
+TAIL_P99_MS = 50.0
+TAIL_OUTCOME_SECONDS = 5.0
 _PREFIX = "wrk-"
 _OUTCOMES = ("vm.MachineCreated", "vm.MachineFailed")
 
@@ -189,19 +195,79 @@ class WrkServeReport:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class WrkServeSeries:
+    """Consecutive wrk runs against one ``serve``: each run's figures, and the two targets —
+    every run's rate and outcomes (:attr:`WrkServeReport.passed`), and the tail target, meant
+    for a fake cloud of 50 ms a batch: at least 2,500 POSTs/s with a p99 under 50 ms in every
+    run, every outcome within 5 s of the run's last POST."""
+
+    runs: tuple[WrkServeReport, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(run.passed for run in self.runs)
+
+    @property
+    def tail_passed(self) -> bool:
+        return all(
+            run.posts_per_second >= TAIL_POSTS_PER_SECOND
+            and run.p99_ms < TAIL_P99_MS
+            and run.seconds_to_all_outcomes is not None
+            and run.seconds_to_all_outcomes <= TAIL_OUTCOME_SECONDS
+            for run in self.runs
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "driver": "wrk",
+            "runs": [run.to_dict() for run in self.runs],
+            "passed": self.passed,
+            "tail_target": {
+                "posts_per_second": TAIL_POSTS_PER_SECOND,
+                "p99_ms": TAIL_P99_MS,
+                "seconds_to_all_outcomes": TAIL_OUTCOME_SECONDS,
+                "fake_latency_seconds": 0.05,
+                "passed": self.tail_passed,
+            },
+        }
+
+    def render(self) -> str:
+        lines = []
+        for number, run in enumerate(self.runs, 1):
+            text = run.render()
+            lines.append(text if len(self.runs) == 1 else f"run {number}: {text}")
+        lines.append(
+            f"tail target (fake cloud 50 ms, every run): >= {TAIL_POSTS_PER_SECOND:,} POSTs/s, "
+            f"p99 < {TAIL_P99_MS:.0f} ms, outcomes within {TAIL_OUTCOME_SECONDS:.0f} s: "
+            + ("met" if self.tail_passed else "MISSED")
+            + (
+                ""
+                if all(run.fake_latency == 0.05 for run in self.runs)
+                else " (these runs' fake cloud is not 50 ms)"
+            )
+        )
+        return "\n".join(lines)
+
+
 def run_serve_wrk_bench(
     url: str | None,
     *,
     connections: int = 32,
     seconds: float = 10.0,
     fake_latency: float = 2.0,
+    runs: int = 1,
     outcome_deadline: float = TARGET_OUTCOME_SECONDS * 2,
-) -> WrkServeReport:
-    """Serve a scratch database of ``url``'s server and drive it with wrk; see the module
-    docstring. ``ValueError`` when wrk is not installed."""
+) -> WrkServeSeries:
+    """Serve a scratch database of ``url``'s server and drive it with wrk ``runs`` times in a
+    row (each run on the log the ones before it left); see the module docstring.
+    ``ValueError`` when wrk is not installed."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise ValueError("wrk is not installed: apt-get install wrk (Debian), then run it again")
+    if runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}")
+    reports = []
     with (
         tempfile.TemporaryDirectory() as scratch_dir,
         scratch_database(url) as scratch,
@@ -209,49 +275,58 @@ def run_serve_wrk_bench(
     ):
         backend = "sqlite" if scratch.startswith("sqlite") else "postgres"
         asyncio.run(drive(base_url, clients=min(connections, 32), count=200, prefix="warm"))
-        script = Path(scratch_dir) / "post-machines.lua"
-        script.write_text(f'PREFIX = "{_PREFIX}"\n{_SCRIPT}')
-        command = [
-            wrk, "-t", "2", "-c", str(connections), "-d", f"{seconds:g}s", "--timeout", "10s",
-            "-s", str(script), f"{base_url}/v1/machines",
-        ]  # fmt: skip
-        log.info("wrk posting", connections=connections, seconds=seconds)
-        cpu_before = process_cpu_seconds(pid)
-        finished = subprocess.run(command, capture_output=True, text=True, check=False)
-        last_post = time.monotonic()
-        cpu_after = process_cpu_seconds(pid)
-        if finished.returncode != 0:
-            raise RuntimeError(f"wrk failed ({finished.returncode}): {finished.stderr.strip()}")
-        figures = json.loads(finished.stdout.strip().splitlines()[-1])
-        with contextlib.closing(open_store(scratch)) as store:
-            logged, with_outcome, waited = _await_outcomes(
-                store, accepted=figures["accepted"], since=last_post, deadline=outcome_deadline
+        for run in range(1, runs + 1):
+            prefix = f"{_PREFIX}{run}-"
+            script = Path(scratch_dir) / f"post-machines-{run}.lua"
+            script.write_text(f'PREFIX = "{prefix}"\n{_SCRIPT}')
+            command = [
+                wrk, "-t", "2", "-c", str(connections), "-d", f"{seconds:g}s", "--timeout", "10s",
+                "-s", str(script), f"{base_url}/v1/machines",
+            ]  # fmt: skip
+            log.info("wrk posting", run=run, of=runs, connections=connections, seconds=seconds)
+            cpu_before = process_cpu_seconds(pid)
+            finished = subprocess.run(command, capture_output=True, text=True, check=False)
+            last_post = time.monotonic()
+            cpu_after = process_cpu_seconds(pid)
+            if finished.returncode != 0:
+                raise RuntimeError(f"wrk failed ({finished.returncode}): {finished.stderr.strip()}")
+            figures = json.loads(finished.stdout.strip().splitlines()[-1])
+            with contextlib.closing(open_store(scratch)) as store:
+                logged, with_outcome, waited = _await_outcomes(
+                    store,
+                    prefix=prefix,
+                    accepted=figures["accepted"],
+                    since=last_post,
+                    deadline=outcome_deadline,
+                )
+            reports.append(
+                WrkServeReport(
+                    backend=backend,
+                    connections=connections,
+                    seconds=figures["duration_us"] / 1e6,
+                    fake_latency=fake_latency,
+                    requests=figures["requests"],
+                    accepted=figures["accepted"],
+                    non_2xx=figures["non_2xx"],
+                    socket_errors=figures["socket_errors"],
+                    lost=max(0, figures["accepted"] - logged),
+                    logged=logged,
+                    p50_ms=figures["p50_us"] / 1000,
+                    p99_ms=figures["p99_us"] / 1000,
+                    p999_ms=figures["p999_us"] / 1000,
+                    max_ms=figures["max_us"] / 1000,
+                    with_outcome=with_outcome,
+                    seconds_to_all_outcomes=None if waited is None else round(waited, 2),
+                    server_cpu_seconds=(
+                        None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+                    ),
+                )
             )
-    return WrkServeReport(
-        backend=backend,
-        connections=connections,
-        seconds=figures["duration_us"] / 1e6,
-        fake_latency=fake_latency,
-        requests=figures["requests"],
-        accepted=figures["accepted"],
-        non_2xx=figures["non_2xx"],
-        socket_errors=figures["socket_errors"],
-        lost=max(0, figures["accepted"] - logged),
-        logged=logged,
-        p50_ms=figures["p50_us"] / 1000,
-        p99_ms=figures["p99_us"] / 1000,
-        p999_ms=figures["p999_us"] / 1000,
-        max_ms=figures["max_us"] / 1000,
-        with_outcome=with_outcome,
-        seconds_to_all_outcomes=None if waited is None else round(waited, 2),
-        server_cpu_seconds=(
-            None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
-        ),
-    )
+    return WrkServeSeries(tuple(reports))
 
 
 def _await_outcomes(
-    store: EventStore, *, accepted: int, since: float, deadline: float
+    store: EventStore, *, prefix: str, accepted: int, since: float, deadline: float
 ) -> tuple[int, int, float | None]:
     """Follow the log until every logged request of the run has an outcome: ``(requests logged,
     with an outcome, seconds after ``since`` that took)`` — ``None`` past ``deadline``."""
@@ -262,7 +337,7 @@ def _await_outcomes(
         for record in store.read_all(after=after, limit=50_000):
             after = record.global_position
             request_id = record.data.get("request_id")
-            if not isinstance(request_id, str) or not request_id.startswith(_PREFIX):
+            if not isinstance(request_id, str) or not request_id.startswith(prefix):
                 continue
             if record.type == "vm.MachineRequested":
                 requested.add(request_id)

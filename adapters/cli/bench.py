@@ -210,6 +210,13 @@ def _add_serve(bench_commands: Subcommands) -> None:
         help="how long wrk posts (default 10)",
     )
     parser.add_argument(
+        "--runs",
+        type=count(maximum=100),
+        default=1,
+        help="consecutive wrk runs against the same serve (default 1; the tail target asks "
+        "for 5 with --fake-latency 0.05)",
+    )
+    parser.add_argument(
         "--fake-latency",
         type=seconds(at_least=0, at_most=600),
         default=None,
@@ -307,14 +314,15 @@ def serve(args: argparse.Namespace) -> int:
             connections=args.clients,
             seconds=args.seconds,
             fake_latency=2.0 if args.fake_latency is None else args.fake_latency,
+            runs=args.runs,
         )
         if args.json:
             print_json(wrk_report.to_dict())
         else:
             print(wrk_report.render())
         return 0 if wrk_report.passed else 1
-    if args.fake_latency is not None:
-        raise ValueError("--fake-latency applies to --driver wrk only")
+    if args.fake_latency is not None or args.runs != 1:
+        raise ValueError("--fake-latency and --runs apply to --driver wrk only")
     report = run_serve_bench(args.url, clients=args.clients, requests=args.requests)
     if args.json:
         print_json(report.to_dict())

@@ -20,7 +20,8 @@ class TestBenchServeWrk:
         self, postgres_url: str
     ) -> None:
         """Every POST wrk sends is accepted, in the log and created; the keys are stable."""
-        report = run_serve_wrk_bench(postgres_url, connections=4, seconds=1, fake_latency=0)
+        series = run_serve_wrk_bench(postgres_url, connections=4, seconds=1, fake_latency=0)
+        [report] = series.runs
 
         figures = json.loads(json.dumps(report.to_dict()))
         assert figures["accepted"] > 0
@@ -32,3 +33,18 @@ class TestBenchServeWrk:
         latency = figures["latency_ms"]
         assert 0 < latency["p50"] <= latency["p99"] <= latency["p99.9"] <= latency["max"]
         assert "0 lost (must be 0)" in report.render()
+
+    def test_consecutive_runs_each_follow_their_own_requests(self, postgres_url: str) -> None:
+        """Two runs on one server: each counts its own requests and outcomes; the series says
+        whether every run met the targets."""
+        series = run_serve_wrk_bench(
+            postgres_url, connections=2, seconds=1, fake_latency=0.05, runs=2
+        )
+
+        first, second = series.runs
+        for run in (first, second):
+            assert run.lost == 0 and run.with_outcome == run.logged >= run.accepted > 0
+        figures = json.loads(json.dumps(series.to_dict()))
+        assert [r["accepted"] for r in figures["runs"]] == [first.accepted, second.accepted]
+        assert figures["tail_target"]["passed"] is series.tail_passed
+        assert "tail target (fake cloud 50 ms, every run)" in series.render()
