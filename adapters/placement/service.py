@@ -24,8 +24,10 @@ Nothing acknowledged lives only in memory. Every workload has a ``workload-<id>`
 
 * :meth:`PlacementService.accept` appends one ``WorkloadSubmitted`` per new workload, all of a
   submission in one ``append_many``, before the caller is answered. The same request sent again
-  under its id is answered by the first (nothing appended); a different one is refused whole
-  with :class:`~.errors.WorkloadConflict`; a rejected or released workload may be sent again;
+  under its id is answered by the first (nothing appended; a rejected one keeps its
+  rejection, so a client retrying a submission whose answer it lost is not judged twice); a
+  different one is refused whole with :class:`~.errors.WorkloadConflict`, unless the workload
+  was rejected (a different request is a new submission) or released (any request is);
 * a batch records its waiting (``WorkloadWaiting``: the worker and its pool) and rejected
   (``WorkloadRejected``: the reason) outcomes in the very ``append_many`` that carries its node
   reservations (step 3), one event per affected workload stream beside one per touched node,
@@ -329,12 +331,13 @@ class PlacementService:
     def accept(self, requests: Sequence[WorkloadRequest]) -> list[WorkloadRequest]:
         """Record ``requests`` as submitted, in one append; the ones to queue.
 
-        A workload already submitted (queued, waiting or placed) with the same request is not
-        taken twice: the first submission answers it. One submitted with a different request
-        refuses the whole call with :class:`WorkloadConflict`, as does an id given twice with
-        different requests; nothing is appended then. A rejected or released workload may be
-        sent again. Raises :class:`LogUnavailable` when the log cannot record them (nothing is
-        queued: send them again).
+        A workload already submitted (queued, waiting, placed or rejected) with the same
+        request is not taken twice: the first submission answers it. One submitted with a
+        different request refuses the whole call with :class:`WorkloadConflict`, as does an id
+        given twice with different requests; nothing is appended then. A rejected workload may
+        be sent again with a different request, a released one with any. Raises
+        :class:`LogUnavailable` when the log cannot record them (nothing is queued: send them
+        again).
         """
         unique = _unique(requests)
         for _ in range(self._retry.conflict_attempts):

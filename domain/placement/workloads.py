@@ -17,8 +17,9 @@ so that nothing acknowledged lives only in a process's memory:
   or the backlog).
 
 :func:`decide` keeps submissions idempotent: the same request sent again under the same id is a
-repeat (nothing to record), a different one is refused; a rejected or released workload may be
-submitted again. :func:`recover` turns the folded streams (and which workloads a node holds) into
+repeat (nothing to record; a rejected one keeps its rejection), a different one is refused; a
+rejected workload may be submitted again with a different request, a released one with any.
+:func:`recover` turns the folded streams (and which workloads a node holds) into
 what a restarted placement service needs: the backlog to plan again, the workers still awaited
 with the capacity their workloads take of them, and the final answers.
 """
@@ -233,10 +234,14 @@ def _place(state: Workload, command: RecordPlacement) -> list[WorkloadEvent]:
 
 
 def _submit(state: Workload, command: SubmitWorkload) -> list[WorkloadEvent]:
-    if state.phase in ("new", "rejected", "released"):
+    if state.phase in ("new", "released"):
         return [WorkloadSubmitted(command.request, command.at)]
     if state.request == command.request:
-        return []  # the same request sent again: the first submission answers it
+        # The same request sent again: the first submission answers it — a rejection too, as a
+        # client retrying a submission whose answer it lost must not have it judged twice.
+        return []
+    if state.phase == "rejected":
+        return [WorkloadSubmitted(command.request, command.at)]
     raise Rejected(
         f"workload {command.request.id} was already submitted with a different request "
         f"({_describe(state.request)}, now {_describe(command.request)}); send it with a new "

@@ -73,6 +73,11 @@ class TestSubmit:
         with pytest.raises(Rejected, match="w1 was already submitted with a different request"):
             workloads.decide(state, SubmitWorkload(request(cpu=2000), T0))
 
+    def test_a_rejected_request_sent_again_keeps_its_rejection(self) -> None:
+        """A retry of the same request (its answer lost) is not judged a second time."""
+        state = run(SubmitWorkload(request(cpu=1000), T0), RecordRejection("w1", "too big", T0))
+        assert workloads.decide(state, SubmitWorkload(request(cpu=1000), T0)) == []
+
     @pytest.mark.parametrize(
         "end",
         [RecordRejection("w1", "too big", T0), ReleaseWorkload("w1", T0)],

@@ -112,6 +112,21 @@ class TestSubmission:
                 second.submit([workload("b", 1), workload("b", 2)])
         assert store.head() == head
 
+    def test_a_rejected_workload_sent_again_unchanged_keeps_its_rejection(
+        self, store: EventStore
+    ) -> None:
+        """A client retrying a submission whose answer it lost: nothing appended, the same
+        rejection."""
+        runtime, _ = runtime_on(store, joined=["cpu-000"])
+        with runtime:
+            runtime.submit([workload("a", 64_000)])
+            runtime.step()
+            head = store.head()
+            runtime.submit([workload("a", 64_000)])
+            runtime.step()
+            assert runtime.status("a").state == "rejected"
+        assert store.head() == head
+
     def test_a_rejected_workload_may_be_sent_again(self, store: EventStore) -> None:
         """After its rejection the id is free for a request that fits."""
         runtime, _ = runtime_on(store, joined=["cpu-000"])
