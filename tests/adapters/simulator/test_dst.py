@@ -103,6 +103,14 @@ class TestSeeds:
         assert result.ok, result.violations
         assert result.faults_injected.get("leader_change") and result.processes == 3
 
+    def test_a_client_retrying_a_lost_answer_is_not_judged_twice(self) -> None:
+        """A submission committed just before its controller crashed is retried by the client
+        after the workload was rejected: the retry gets that rejection, not a second one
+        (seed 319)."""
+        result = run_seed(319)
+        assert result.ok, result.violations
+        assert result.faults_injected.get("crash_after_commit")
+
     def test_testbeds_survive_crashes_and_a_leader_change(self) -> None:
         """The testbeds' controller crashes inside group commits and between passes and loses
         its lease once: no slot is held twice, no scheduling is left stuck, nothing leaks
