@@ -2,13 +2,71 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import threading
 from collections.abc import Callable, Iterator, Sequence
 
 from fleetledger.eventstore import EventStore, RecordedEvent
 
-__all__ = ["PAGE", "catch_up", "events_after", "position_in_log"]
+__all__ = [
+    "PAGE",
+    "YOUNG_COLLECTION_THRESHOLD",
+    "bulk_read",
+    "catch_up",
+    "events_after",
+    "position_in_log",
+]
 
 PAGE = 1000
+
+YOUNG_COLLECTION_THRESHOLD = 50_000
+"""Allocations between two collections of the youngest generation while the log is folded
+(Python's default is 700)."""
+
+
+class _BulkReads:
+    """How many folds of the log are running; the collector's thresholds they replaced."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.saved = gc.get_threshold()
+        self.raised: tuple[int, ...] | None = None
+
+
+_bulk = _BulkReads()
+
+
+@contextlib.contextmanager
+def bulk_read() -> Iterator[None]:
+    """Collect garbage less often while the log is folded; the thresholds come back after the
+    last fold running ends.
+
+    Folding allocates several objects per event and keeps many of them (the models' states), so
+    with the default thresholds the collector ran every few events, its older generations over
+    ever more surviving objects as the models grew: a third of the wall time of a million-event
+    replay (``fleetledger bench replay``: 26 s, 18 s with these thresholds). Nothing else
+    changes, and garbage is still collected. For the one-shot rebuilds (``replay``, the bench),
+    not for a long-running process's catch-ups: the thresholds are the process's.
+    """
+    with _bulk.lock:
+        if _bulk.running == 0:
+            _bulk.saved = gc.get_threshold()
+            young, *older = _bulk.saved
+            _bulk.raised = None
+            if 0 < young < YOUNG_COLLECTION_THRESHOLD:  # 0: collection is off; leave it so
+                gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *older)
+                _bulk.raised = gc.get_threshold()
+        _bulk.running += 1
+    try:
+        yield
+    finally:
+        with _bulk.lock:
+            _bulk.running -= 1
+            # Thresholds someone else set meanwhile (serve's FrozenStartupHeap) are theirs.
+            if _bulk.running == 0 and _bulk.raised == gc.get_threshold():
+                gc.set_threshold(*_bulk.saved)
 
 
 def events_after(

@@ -65,6 +65,7 @@ REQUEST_EVENT_TYPES: tuple[str, ...] = (
     "vm.MachineNotFound",
 )
 """The event types that change a request's view (the rest of the vm.* events do not)."""
+_REQUEST_TYPES = frozenset(REQUEST_EVENT_TYPES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +250,8 @@ class MachineRequestsProjection:
 
     def _fold(self, record: RecordedEvent) -> list[_Entry]:
         """Update the entries ``record`` concerns in place; the ones it changed."""
+        if record.type not in _REQUEST_TYPES:
+            return []  # a third of a batch's events change no view: not worth decoding
         event = self.recent.decode(record)
         position = record.global_position
         if isinstance(event, MachineRequested):

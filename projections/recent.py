@@ -70,6 +70,9 @@ class RecentEvents:
 
     def get(self, record: RecordedEvent) -> object | None:
         """The domain event handed over for ``record``, if it was (and is still kept)."""
+        # A replay from position 0 has nothing handed over: spare it the id's text per event.
+        if not self._events:
+            return None
         return self._events.get(str(record.event_id))
 
     def decode(self, record: RecordedEvent) -> object:

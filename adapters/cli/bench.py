@@ -26,6 +26,7 @@ __all__ = [
     "placement",
     "register",
     "reliability",
+    "replay",
     "serve",
     "store",
 ]
@@ -47,6 +48,7 @@ def register(commands: Subcommands) -> None:
     _add_placement(bench_commands)
     _add_reliability(bench_commands)
     _add_extender(bench_commands)
+    _add_replay(bench_commands)
 
 
 def _add_extender(bench_commands: Subcommands) -> None:
@@ -96,6 +98,45 @@ def _add_extender(bench_commands: Subcommands) -> None:
     parser.add_argument("--seed", type=seed, default=0, help="fixes the calls' order")
     add_json(parser)
     parser.set_defaults(run=extender)
+
+
+def _add_replay(bench_commands: Subcommands) -> None:
+    parser = bench_commands.add_parser(
+        "replay",
+        help="every read model rebuilt from position 0 of a long log of every capability's "
+        "events: events/s and peak RSS",
+    )
+    parser.add_argument(
+        "--url",
+        type=database_url,
+        help="database server to make the scratch log on (default: "
+        f"${DATABASE_URL_ENV}, else the Postgres at 127.0.0.1:5432; sqlite:///FILE measures "
+        "SQLite)",
+    )
+    parser.add_argument(
+        "--log-url",
+        type=database_url,
+        metavar="URL",
+        help="replay this log instead, kept for the next run and first topped up to --events "
+        "if it holds fewer (default: a scratch log, dropped afterwards)",
+    )
+    parser.add_argument(
+        "--events",
+        type=count(maximum=100_000_000),
+        default=1_000_000,
+        help="events in the log and replayed (default 1000000)",
+    )
+    parser.add_argument(
+        "--page",
+        type=count(maximum=1_000_000),
+        default=5000,
+        help="events per read of the log (default 5000)",
+    )
+    parser.add_argument(
+        "--seed", type=seed, default=1, help="seed of the scenarios the log copies (default 1)"
+    )
+    add_json(parser)
+    parser.set_defaults(run=replay)
 
 
 def _add_nodes(bench_commands: Subcommands) -> None:
@@ -277,6 +318,19 @@ def placement(args: argparse.Namespace) -> int:
 
     with scratch_database(args.url) as scratch:
         report = run_placement_bench(scratch, nodes=args.nodes, batch=args.batch)
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0
+
+
+def replay(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.replay import run_replay_bench
+
+    report = run_replay_bench(
+        args.url, events=args.events, log=args.log_url, page=args.page, seed=args.seed
+    )
     if args.json:
         print_json(report.to_dict())
     else:

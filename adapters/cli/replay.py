@@ -33,7 +33,7 @@ __all__ = ["Progress", "Replayed", "register", "replay", "run", "until"]
 
 log = structlog.get_logger("cli")
 
-_PAGE = 1000
+_PAGE = 5000  # measured by ``bench replay``: fewer round trips, without a larger heap
 _BAR_WIDTH = 30
 _REDRAW_SECONDS = 0.1
 
@@ -193,6 +193,8 @@ def replay(
     """Every read model rebuilt from position 0 up to ``target`` (a position, the last event
     recorded at or before a time, or the head); the models and the position reached.
     ``ValueError`` for a position the log has not reached."""
+    from fleetledger.projections._reading import bulk_read
+
     head = store.head()
     if isinstance(target, int) and target > head:
         raise ValueError(f"position {target} is outside the log (0 to {head}); pick one in it")
@@ -200,18 +202,20 @@ def replay(
     by_time = target if isinstance(target, datetime) else None
     models = Replayed()
     reached, after = 0, 0
-    while after < last:
-        records = [r for r in store.read_all(after=after, limit=_PAGE) if r.global_position <= last]
-        for record in records:
-            if by_time is not None and record.recorded_at > by_time:
-                return models, reached
-            models.apply(record)
-            reached = record.global_position
-            if progress is not None:
-                progress.advance(reached)
-        if len(records) < _PAGE:
-            break
-        after = records[-1].global_position
+    with bulk_read():
+        while after < last:
+            page = store.read_all(after=after, limit=_PAGE)
+            records = [r for r in page if r.global_position <= last]
+            for record in records:
+                if by_time is not None and record.recorded_at > by_time:
+                    return models, reached
+                models.apply(record)
+                reached = record.global_position
+                if progress is not None:
+                    progress.advance(reached)
+            if len(records) < _PAGE:
+                break
+            after = records[-1].global_position
     # A position between two events (a gap in the log's positions) is still that position.
     return models, last if by_time is None else reached
 
