@@ -89,7 +89,7 @@ from fleetledger.domain.nodes import Bounds, ComputeUnit, NodeConfig
 from fleetledger.domain.placement import Pool, WorkloadRequest
 from fleetledger.domain.template import MachineTemplate
 from fleetledger.domain.testbeds import testbed
-from fleetledger.eventstore import EventStore, EventStoreError, RecordedEvent
+from fleetledger.eventstore import EventStore, EventStoreError, RecordedEvent, open_store
 from fleetledger.projections import nodes as node_projection
 from fleetledger.projections.dumpstate import dumpstate_at, dumpstate_of
 from fleetledger.projections.machine_requests import MachineRequestsProjection
@@ -1510,8 +1510,13 @@ def _run_testbeds(seed: int, url: str, injected: Counter[str]) -> tuple[Violatio
     backend = FaultyBackend(url, schedule=schedule, injected=injected, counter=[0])
     backend.check_schema()
     store = EventStore(backend)
+    # The scheduler's extender is a process of its own (``fleetledger extender``): the
+    # controller's crashes do not reach its reservations, which go through its own store.
+    extender_store = open_store(url)
     try:
-        report = run_testbed_scenario(seed, store=store, faults=faults)
+        report = run_testbed_scenario(
+            seed, store=store, faults=faults, extender_store=extender_store
+        )
         injected["testbed_crash"] += report.controller_crashes
         injected["testbed_leader_change"] += report.leader_changes
         events = [TESTBED.codec.decode(r) for r in store.read_stream(testbed.stream_name("bed"))]
@@ -1520,6 +1525,7 @@ def _run_testbeds(seed: int, url: str, injected: Counter[str]) -> tuple[Violatio
         return (Violation("error", f"testbeds: {type(e).__name__}: {e}"),)
     finally:
         store.close()
+        extender_store.close()
     violations = [Violation("slot_held_twice", d) for d in double_reservations(events)]
     if report.slots_held_by_two_pods > len(violations):
         violations.append(

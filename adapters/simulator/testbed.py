@@ -47,7 +47,12 @@ from fleetledger.adapters.extender.server import create_extender_app
 from fleetledger.adapters.http.in_process import TestClient
 from fleetledger.adapters.runtime import Leadership, MemoryLease
 from fleetledger.adapters.simulator.logs import simulation_store
-from fleetledger.adapters.testbeds import GHOST_LABEL, FakeApplications, TestbedsRuntime
+from fleetledger.adapters.testbeds import (
+    GHOST_LABEL,
+    FakeApplications,
+    TestbedsRuntime,
+    TestbedsService,
+)
 from fleetledger.adapters.testbeds.aggregates import BATCH_JOB, TESTBED
 from fleetledger.adapters.testbeds.reconciler import POSITION_ANNOTATION
 from fleetledger.domain.testbeds import batch_job, testbed
@@ -504,11 +509,14 @@ def run_testbed_scenario(
     url: str | None = None,
     store: EventStore | None = None,
     faults: ControllerFaults | None = None,
+    extender_store: EventStore | None = None,
 ) -> TestbedReport:
     """Run the scenario on a scratch SQLite log (or the database at ``url``, or ``store``:
     an open store the caller owns, such as a fault-injecting one on a shared log). With
     ``faults`` the controller runs as processes on a lease that crash and change leader
-    (:class:`ControllerFaults`)."""
+    (:class:`ControllerFaults`). The scheduler asks the leader's own extender (as ``serve
+    --extender-port`` runs it), or with ``extender_store`` a ``fleetledger extender`` of its
+    own on that store: another process, which the controller's crashes do not reach."""
     rng = Random(seed)
     watch = _Watch({job: rng.randint(2, 5) for job in _JOBS})
     clock = ManualClock(_EPOCH)
@@ -527,7 +535,10 @@ def run_testbed_scenario(
         faults = faults or ControllerFaults()
         controllers = _Controllers(store, cluster, apps, clock)
         service = controllers.leader.service
-        scheduler = _FakeScheduler(cluster, TestClient(create_extender_app(service)))
+        standalone = (
+            None if extender_store is None else TestbedsService(extender_store, clock=clock)
+        )
+        scheduler = _FakeScheduler(cluster, TestClient(create_extender_app(standalone or service)))
         service.define_testbed(
             _BED, node_label=_LABEL, slots_per_node=2, cpu_millis=1000, memory_mib=2048
         )
@@ -545,7 +556,8 @@ def run_testbed_scenario(
                 controllers.elect()
                 if controllers.leader.service is not service:
                     service = controllers.leader.service
-                    scheduler.client = TestClient(create_extender_app(service))
+                    if standalone is None:
+                        scheduler.client = TestClient(create_extender_app(service))
                 controllers.run_until_settled()
                 watch.schedulings(controllers.leader)
                 scheduler.place_pending()
