@@ -37,7 +37,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetledger.adapters.cli.common import EXIT_ERROR, print_json
-from fleetledger.adapters.cli.options import Subcommands, add_json, count, database_url, seed
+from fleetledger.adapters.cli.options import (
+    Subcommands,
+    add_json,
+    count,
+    database_url,
+    finite_float,
+    seed,
+)
 
 if TYPE_CHECKING:
     from fleetledger.adapters.simulator.scenario_file import ScenarioFile
@@ -49,7 +56,16 @@ SIMULATION_LOG = "fleetledger-sim.db"
 SIMULATION_LOGS = "fleetledger-sim"
 """The folder of ``--scenario all``'s logs, one ``<scenario>.db`` each, replaced by each run."""
 
-SCENARIO_CHOICES = ("burst-vms", "burst-workloads", "subnet", "restart", "testbed", "dst", "all")
+SCENARIO_CHOICES = (
+    "burst-vms",
+    "burst-workloads",
+    "subnet",
+    "restart",
+    "testbed",
+    "dst",
+    "fleet",
+    "all",
+)
 """The scenarios ``--scenario`` names (the catalog may register more: those run too)."""
 
 
@@ -126,6 +142,26 @@ def register(commands: Subcommands) -> None:
         "`audit verify`, `dumpstate --as-of`); scenarios of nodes and subnets need it empty; "
         "not with all (a log per scenario)",
     )
+    parser.add_argument(
+        "--nodes",
+        type=count(minimum=4, maximum=200_000),
+        metavar="N",
+        help="fleet only: nodes in the fleet (default 10000)",
+    )
+    parser.add_argument(
+        "--workloads-per-hour",
+        type=count(minimum=0, maximum=10_000_000),
+        metavar="W",
+        help="fleet only: workloads arriving (and leaving) per virtual hour (default 100000)",
+    )
+    parser.add_argument(
+        "--hours",
+        type=finite_float(
+            minimum=0.0, maximum=24.0, minimum_excluded=True, noun="a number of hours"
+        ),
+        metavar="H",
+        help="fleet only: virtual hours to run (default 1)",
+    )
     add_json(parser)
     parser.set_defaults(run=run)
 
@@ -133,6 +169,12 @@ def register(commands: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     from fleetledger.adapters.simulator import compare_scenario, run_scenario, scenario_names
 
+    fleet_options = (args.nodes, args.workloads_per_hour, args.hours)
+    if args.scenario != "fleet" and any(o is not None for o in fleet_options):
+        raise ValueError(
+            f"--nodes, --workloads-per-hour and --hours apply to the fleet scenario, not "
+            f"{args.scenario!r}"
+        )
     if args.scenario == "dst":
         if args.scenario_file is not None:
             raise ValueError(
@@ -142,6 +184,9 @@ def run(args: argparse.Namespace) -> int:
         return _run_dst(args)
     if args.seeds is not None or args.seed_start is not None:
         raise ValueError("--seeds and --seed-start apply to the dst scenario only")
+    if args.scenario == "fleet":
+        _refuse_outputs(args)
+        return _run_fleet(args)
     file = _scenario_file(args)
     if args.seed is None:
         args.seed = file.seed if file.seed is not None else 1
@@ -231,6 +276,38 @@ def _run_dst(args: argparse.Namespace) -> int:
             print("  every invariant held")
         print(f"  the log: {url} — check it with `fleetledger audit verify --url {url}`")
     return 0 if result.ok else EXIT_ERROR
+
+
+def _run_fleet(args: argparse.Namespace) -> int:
+    """The fleet at scale: its figures beside the targets (they are reported, not enforced)."""
+    from fleetledger.adapters.simulator.fleet import FleetSettings, run_fleet_scenario
+
+    if args.scenario_file is not None:
+        raise ValueError(
+            "--scenario-file does not apply to fleet: size it with --nodes, "
+            "--workloads-per-hour and --hours"
+        )
+    if args.compare or args.cloud_profile is not None or args.burst_size is not None:
+        raise ValueError("--compare, --cloud-profile and --burst-size do not apply to fleet")
+    given = {
+        "nodes": args.nodes,
+        "workloads_per_hour": args.workloads_per_hour,
+        "hours": args.hours,
+    }
+    settings = FleetSettings(**{k: v for k, v in given.items() if v is not None})
+    if args.url is not None:
+        print(f"fleetledger: migrating {args.url} to the schema's head", file=sys.stderr)
+    url = args.url if args.url is not None else _fresh_simulation_log()
+    report = run_fleet_scenario(1 if args.seed is None else args.seed, url=url, settings=settings)
+    if args.json:
+        print_json({**report.to_dict(), "log_url": url})
+        return 0
+    print(report.render())
+    print(
+        f"  the log: {url} — check it with `fleetledger audit verify --url {url}`, "
+        f"dump it with `fleetledger dumpstate --url {url}`"
+    )
+    return 0
 
 
 def _run_all(args: argparse.Namespace, file: ScenarioFile) -> int:

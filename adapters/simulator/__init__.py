@@ -11,6 +11,11 @@ scenario and sums up what batching bought; :mod:`~fleetledger.adapters.simulator
 draws it as one HTML page, and scenario files (:mod:`~fleetledger.adapters.simulator.scenario_file`)
 set the scenarios' fleets, subnets, demand curves and cloud in TOML.
 
+``simulate --scenario fleet`` (:mod:`~fleetledger.adapters.simulator.fleet`) runs one controller
+holding a whole fleet — thousands of nodes, subnets, workloads arriving and leaving, agents, new
+machines, a restart and a testbed on one log — and reports how fast, how big and how quick to
+rebuild it is, beside the scale targets.
+
 Deterministic simulation testing lives in :mod:`~fleetledger.adapters.simulator.dst` (every
 capability on one log under seeded faults, :func:`~fleetledger.adapters.simulator.dst.run_seeds`)
 and :mod:`~fleetledger.adapters.simulator.faults` (the fault schedule and its injectors).
