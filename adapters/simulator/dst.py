@@ -69,10 +69,10 @@ import structlog
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cloud import FakeCloud
 from fleetledger.adapters.cluster import FakeCluster, Node, Pod, PodSpec
-from fleetledger.adapters.ipam import InMemoryAllocator, IpamError, IpamRuntime
-from fleetledger.adapters.machines import MachineRequest, MachinesError, MachinesRuntime
+from fleetledger.adapters.ipam import InMemoryAllocator, IpamError
+from fleetledger.adapters.machines import MachineRequest, MachinesError
 from fleetledger.adapters.machines.streams import batch_stream_prefix, grouper_stream_id
-from fleetledger.adapters.nodes import NodesError, NodeService, NodesRuntime, vm_annotations
+from fleetledger.adapters.nodes import NodesError, NodeService, vm_annotations
 from fleetledger.adapters.placement import (
     LogUnavailable,
     PlacementError,
@@ -82,7 +82,7 @@ from fleetledger.adapters.placement import (
     UnknownWorkload,
 )
 from fleetledger.adapters.placement.workloads import read_workloads
-from fleetledger.adapters.runtime import Leadership, MemoryLease, RetryPolicy
+from fleetledger.adapters.runtime import RetryPolicy
 from fleetledger.adapters.testbeds.aggregates import TESTBED
 from fleetledger.domain.machines import GrouperConfig
 from fleetledger.domain.nodes import Bounds, ComputeUnit, NodeConfig
@@ -95,6 +95,7 @@ from fleetledger.projections.dumpstate import dumpstate_at, dumpstate_of
 from fleetledger.projections.machine_requests import MachineRequestsProjection
 from fleetledger.projections.nodes import dump_json
 
+from .controller import controller_runtimes
 from .faults import (
     CommitFault,
     ControllerCrashed,
@@ -708,41 +709,26 @@ class _Process:
             world.url, schedule=world.plan.schedule, injected=world.injected, counter=world.commits
         )
         backend.check_schema()
-        self.store = EventStore(backend)
-        self.lease = MemoryLease(world.board, holder=name)
-        self.leadership = Leadership(self.store, self.lease, clock=world.time, holder=name)
-        self.machines = MachinesRuntime(
-            self.store,
-            world.cloud,
-            clock=world.time,
-            config=_CONFIG,
-            grouper_name=GROUPER,
-            threads=False,
-            runner=world.time.runner(name),
-            leadership=self.leadership,
-            manage_leadership=False,
-            retry=_RETRY,
-        )
-        self.nodes = NodesRuntime(
-            self.store,
-            world.cluster,
-            clock=world.time,
-            config=_NODE_CONFIG,
-            threads=False,
-            leadership=self.leadership,
-            manage_leadership=False,
+        runtimes = controller_runtimes(
+            EventStore(backend),
+            name=name,
+            board=world.board,
+            time=world.time,
+            cloud=world.cloud,
+            cluster=world.cluster,
+            allocator=world.allocator,
+            grouper=GROUPER,
+            grouper_config=_CONFIG,
+            node_config=_NODE_CONFIG,
             retry=_RETRY,
             snapshot_every=25,
         )
-        self.ipam = IpamRuntime(
-            self.store,
-            world.allocator,
-            clock=world.time,
-            threads=False,
-            leadership=self.leadership,
-            manage_leadership=False,
-            retry=_RETRY,
+        self.store, self.lease, self.leadership = (
+            runtimes.store,
+            runtimes.lease,
+            runtimes.leadership,
         )
+        self.machines, self.nodes, self.ipam = runtimes.machines, runtimes.nodes, runtimes.ipam
         self._clock = world.time
         self.placement = self._new_placement()
         self.subnet_ready = False

@@ -52,11 +52,11 @@ import structlog
 
 from fleetledger.adapters.cloud import FakeCloud
 from fleetledger.adapters.cluster import FakeCluster, Node, PodSpec
-from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
-from fleetledger.adapters.machines import MachineRequest, MachinesRuntime
-from fleetledger.adapters.nodes import NodesError, NodesRuntime, vm_annotations
+from fleetledger.adapters.ipam import InMemoryAllocator
+from fleetledger.adapters.machines import MachineRequest
+from fleetledger.adapters.nodes import NodesError, vm_annotations
 from fleetledger.adapters.placement import PlacementError, PlacementRuntime
-from fleetledger.adapters.runtime import Leadership, MemoryLease, RetryPolicy
+from fleetledger.adapters.runtime import RetryPolicy
 from fleetledger.domain.machines import GrouperConfig
 from fleetledger.domain.nodes import Bounds, ComputeUnit, NodeConfig
 from fleetledger.domain.placement import Pool, WorkloadRequest
@@ -65,6 +65,7 @@ from fleetledger.eventstore import EventStore, open_store
 from fleetledger.projections.dumpstate import dumpstate_at, with_subnets
 from fleetledger.projections.nodes import dump_json
 
+from .controller import controller_runtimes
 from .fleet_report import FleetReport, FleetSettings
 from .logs import simulation_store
 from .placement import placement_runtime
@@ -131,41 +132,26 @@ class _Process:
 
     def __init__(self, world: _World, name: str) -> None:
         self.name = name
-        self.store = open_store(world.url)
-        self.lease = MemoryLease(world.board, holder=name)
-        self.leadership = Leadership(self.store, self.lease, clock=world.time, holder=name)
-        self.machines = MachinesRuntime(
-            self.store,
-            world.cloud,
-            clock=world.time,
-            config=_CONFIG,
-            grouper_name=GROUPER,
-            threads=False,
-            runner=world.time.runner(name),
-            leadership=self.leadership,
-            manage_leadership=False,
-            retry=_RETRY,
-        )
-        self.nodes = NodesRuntime(
-            self.store,
-            world.cluster,
-            clock=world.time,
-            config=_NODE_CONFIG,
-            threads=False,
-            leadership=self.leadership,
-            manage_leadership=False,
+        runtimes = controller_runtimes(
+            open_store(world.url),
+            name=name,
+            board=world.board,
+            time=world.time,
+            cloud=world.cloud,
+            cluster=world.cluster,
+            allocator=world.allocator,
+            grouper=GROUPER,
+            grouper_config=_CONFIG,
+            node_config=_NODE_CONFIG,
             retry=_RETRY,
             sync_seconds=world.settings.sync_seconds,
         )
-        self.ipam = IpamRuntime(
-            self.store,
-            world.allocator,
-            clock=world.time,
-            threads=False,
-            leadership=self.leadership,
-            manage_leadership=False,
-            retry=_RETRY,
+        self.store, self.lease, self.leadership = (
+            runtimes.store,
+            runtimes.lease,
+            runtimes.leadership,
         )
+        self.machines, self.nodes, self.ipam = runtimes.machines, runtimes.nodes, runtimes.ipam
         self.placement: PlacementRuntime = placement_runtime(
             self.store,
             self.nodes.service,
