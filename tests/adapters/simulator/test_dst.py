@@ -33,21 +33,13 @@ from fleetledger.adapters.simulator.dst import (
 from fleetledger.adapters.simulator.faults import FAULT_KINDS
 from fleetledger.adapters.simulator.node_checks import NodeLogChecks
 from fleetledger.adapters.simulator.testbed import double_reservations
-from fleetledger.domain import nodes
 from fleetledger.domain.nodes import (
-    AgentResourcesRequest,
-    Bounds,
-    ComputeUnit,
-    JoinNode,
-    NodeConfig,
-    NodeEvent,
-    ReservePod,
     ResourcesGranted,
-    VmPodSpec,
 )
 from fleetledger.domain.testbeds import testbed
 from fleetledger.eventstore import RecordedEvent, open_store
 from tests.eventstore.support import bypassing_append_only_guard
+from tests.node_events import node_with_a_pod
 
 SEEDS = int(os.environ.get("FLEETLEDGER_DST_SEEDS", "200"))
 AT = datetime(2025, 1, 1, tzinfo=UTC)
@@ -326,36 +318,6 @@ class TestMachinesCreatedOnce:
 
     def test_a_name_made_again_after_its_failed_machine_was_deleted_is_not(self) -> None:
         assert check_machines_created_once(["m-1", "m-1"], ["m-1"]) == []
-
-
-CONFIG = NodeConfig(
-    cpu_system_milli=1000,
-    memory_system_slots=2,
-    cpu_watermark=0.9,
-    memory_watermark=0.9,
-    compute_unit=ComputeUnit(250, 1),
-    memory_slot_bytes=1 << 30,
-)
-
-
-def node_with_a_pod() -> list[NodeEvent]:
-    """A node of 4 CPUs (3 reservable) with a VM pod of up to 4 CPUs, decided by the domain."""
-    state = nodes.initial_state()
-    events: list[NodeEvent] = []
-    for command in (
-        JoinNode("n", 4000, 16 << 30, 0, CONFIG, at=AT),
-        ReservePod(
-            VmPodSpec(name="vm", cpu=Bounds(250, 250, 4000), memory=Bounds(1, 1, 4)),
-            at=AT,
-            already_running=True,
-        ),
-        AgentResourcesRequest("vm", 2000, 2, at=AT),
-    ):
-        decided = nodes.decide(state, command)
-        for event in decided:
-            state = nodes.evolve(state, event)
-        events.extend(decided)
-    return events
 
 
 class TestGrants:
