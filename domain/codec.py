@@ -35,7 +35,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from fleetledger.domain import ipam
 from fleetledger.domain.leadership import LeaderElected
@@ -131,6 +131,8 @@ class _Plan:
     per field saved on every event encoded)."""
     decoders: Mapping[str, _Decode]
     required: frozenset[str]
+    fast: _Decode
+    """The event's fast decoder (see "fast decoders" below), tried first."""
 
 
 _BY_NAME: dict[str, _Plan] = {}
@@ -209,8 +211,12 @@ def from_data(type_name: str, schema_version: int, data: Mapping[str, object]) -
     plan = _BY_NAME.get(type_name)
     if plan is None:
         raise CodecError(f"unknown event type {type_name!r}; is the module that defines it loaded?")
-    # Replays decode every event of a log: the checks below are set comparisons of the keys
-    # views, and the error texts are built only on the way out.
+    if schema_version == plan.event_type.schema_version:
+        event = plan.fast(data)
+        if event is not _SLOW:
+            return event
+    # Data the fast decoder left: the checks below are set comparisons of the keys views, and
+    # the error texts are built only on the way out.
     if schema_version != plan.event_type.schema_version:
         raise CodecError(
             f"{type_name} v{schema_version}: this code reads v{plan.event_type.schema_version}; "
@@ -259,7 +265,8 @@ def _plan_for(event_type: EventType) -> _Plan:
             raise CodecError(f"{cls.__qualname__}.{f.name}: {e}") from e
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             required.add(f.name)
-    return _Plan(event_type, tuple(encoders), decoders, frozenset(required))
+    fast = _fast_dataclass(cls)
+    return _Plan(event_type, tuple(encoders), decoders, frozenset(required), fast)
 
 
 def _is_optional(tp: object) -> tuple[bool, object]:
@@ -481,6 +488,208 @@ def _dataclass_decoder(cls: type) -> _Decode:
             raise  # pragma: no cover - a decoder that refuses a value once refuses it again
 
     return decode_dataclass
+
+
+# -- fast decoders ---------------------------------------------------------------------------------
+# A replay decodes every event of the log, and the decoders above cost a call per value, a
+# keyword dictionary per object and a frozen dataclass's ``__init__`` (one ``object.__setattr__``
+# per field): most of the time a million-event replay spent in the read models
+# (``fleetledger bench replay``). So each registered event also gets a decoder written out as
+# Python source for its fields, the way ``dataclasses`` writes ``__init__``: every check inline,
+# and the object built by writing its slots directly. It is only a fast path: it takes data with
+# exactly the event's fields, each of exactly the type JSON gives, and returns _SLOW for anything
+# else (a missing, unknown or optional field left out, a value of another type, a time that does
+# not parse), which the decoders above then decode or refuse with their usual message. Both accept
+# the same values and build equal objects (tests/domain/test_codec.py checks every event).
+
+_SLOW: Final = object()
+"""What a fast decoder returns for data it leaves to the decoders above."""
+
+
+def _fast_time(raw: object) -> object:
+    if type(raw) is not str:
+        return _SLOW
+    try:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
+        return _SLOW
+    if value.tzinfo is UTC:
+        return value  # what astimezone(UTC) returns for it
+    if value.utcoffset() is None:
+        return _SLOW
+    return value.astimezone(UTC)
+
+
+class _FastSource:
+    """The source of one fast decoder being written, and the names it refers to."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, object] = {"_SLOW": _SLOW, "_new": object.__new__}
+        self._count = 0
+
+    def fresh(self, stem: str) -> str:
+        self._count += 1
+        return f"{stem}{self._count}"
+
+    def refer(self, value: object, stem: str) -> str:
+        name = self.fresh(f"_{stem}")
+        self.names[name] = value
+        return name
+
+    def emit(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)
+
+
+def _emit_value(src: _FastSource, tp: object, raw: str, out: str, indent: int) -> None:
+    """Lines binding ``out`` to the decoded ``raw`` of type ``tp``, or returning _SLOW."""
+    optional, inner = _is_optional(tp)
+    if optional:
+        src.emit(indent, f"if {raw} is None:")
+        src.emit(indent + 1, f"{out} = None")
+        src.emit(indent, "else:")
+        _emit_value(src, inner, raw, out, indent + 1)
+    elif inner in (str, int, bool, float) or typing.get_origin(inner) is typing.Literal:
+        _emit_scalar(src, inner, raw, out, indent)
+    elif inner is datetime:
+        _emit_call(src, src.refer(_fast_time, "time"), raw, out, indent)
+    elif typing.get_origin(inner) in (tuple, Mapping, dict):
+        _emit_container(src, inner, raw, out, indent)
+    elif isinstance(inner, type) and hasattr(inner, "to_data") and hasattr(inner, "from_data"):
+        # Its own from_data checks it; a refusal is the slow path's to report.
+        src.emit(indent, f"if type({raw}) is not dict:")
+        src.emit(indent + 1, "return _SLOW")
+        src.emit(indent, "try:")
+        src.emit(indent + 1, f"{out} = {src.refer(inner.from_data, 'custom')}({raw})")
+        src.emit(indent, "except (TypeError, ValueError):")
+        src.emit(indent + 1, "return _SLOW")
+    elif isinstance(inner, type) and dataclasses.is_dataclass(inner):
+        _emit_call(src, src.refer(_fast_dataclass(inner), "object"), raw, out, indent)
+    else:
+        raise CodecError(f"unsupported field type {inner!r}")
+
+
+def _emit_scalar(src: _FastSource, tp: object, raw: str, out: str, indent: int) -> None:
+    if tp is float:
+        src.emit(indent, f"if type({raw}) is float:")
+        src.emit(indent + 1, f"{out} = {raw}")
+        src.emit(indent, f"elif type({raw}) is int:")
+        src.emit(indent + 1, f"{out} = float({raw})")
+        src.emit(indent, "else:")
+        src.emit(indent + 1, "return _SLOW")
+        return
+    if tp is bool:
+        src.emit(indent, f"if {raw} is not True and {raw} is not False:")
+    elif tp is str or tp is int:
+        src.emit(indent, f"if type({raw}) is not {tp.__name__}:")
+    else:  # a Literal: the kind first, as a list (unhashable) is never in the set
+        args = typing.get_args(tp)
+        kinds = src.refer(frozenset(type(a) for a in args), "kinds")
+        allowed = src.refer(frozenset(args), "allowed")
+        src.emit(indent, f"if type({raw}) not in {kinds} or {raw} not in {allowed}:")
+    src.emit(indent + 1, "return _SLOW")
+    src.emit(indent, f"{out} = {raw}")
+
+
+def _emit_container(src: _FastSource, tp: object, raw: str, out: str, indent: int) -> None:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is not tuple:  # Mapping[str, X]
+        if not args or args[0] is not str:
+            raise CodecError(f"unsupported field type {tp!r}")
+        key, item, decoded = src.fresh("key"), src.fresh("item"), src.fresh("decoded")
+        src.emit(indent, f"if type({raw}) is not dict:")
+        src.emit(indent + 1, "return _SLOW")
+        src.emit(indent, f"{out} = {{}}")
+        src.emit(indent, f"for {key}, {item} in {raw}.items():")
+        src.emit(indent + 1, f"if type({key}) is not str:")
+        src.emit(indent + 2, "return _SLOW")
+        _emit_value(src, args[1], item, decoded, indent + 1)
+        src.emit(indent + 1, f"{out}[{key}] = {decoded}")
+    elif len(args) == 2 and args[1] is Ellipsis:
+        item, decoded, items = src.fresh("item"), src.fresh("decoded"), src.fresh("items")
+        src.emit(indent, f"if type({raw}) is not list:")
+        src.emit(indent + 1, "return _SLOW")
+        src.emit(indent, f"{items} = []")
+        src.emit(indent, f"for {item} in {raw}:")
+        _emit_value(src, args[0], item, decoded, indent + 1)
+        src.emit(indent + 1, f"{items}.append({decoded})")
+        src.emit(indent, f"{out} = tuple({items})")
+    else:
+        src.emit(indent, f"if type({raw}) is not list or len({raw}) != {len(args)}:")
+        src.emit(indent + 1, "return _SLOW")
+        parts = []
+        for i, arg in enumerate(args):
+            item, decoded = src.fresh("item"), src.fresh("decoded")
+            src.emit(indent, f"{item} = {raw}[{i}]")
+            _emit_value(src, arg, item, decoded, indent)
+            parts.append(decoded)
+        src.emit(indent, f"{out} = ({''.join(f'{part}, ' for part in parts)})")
+
+
+def _emit_call(src: _FastSource, decode: str, raw: str, out: str, indent: int) -> None:
+    src.emit(indent, f"{out} = {decode}({raw})")
+    src.emit(indent, f"if {out} is _SLOW:")
+    src.emit(indent + 1, "return _SLOW")
+
+
+_FAST_BY_CLASS: dict[type, _Decode] = {}
+
+
+def _fast_dataclass(cls: type) -> _Decode:
+    """The fast decoder of dataclass ``cls`` from an object holding exactly its fields."""
+    found = _FAST_BY_CLASS.get(cls)
+    if found is not None:
+        return found
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    src = _FastSource()
+    src.emit(0, "def decode(data):")
+    src.emit(1, f"if type(data) is not dict or len(data) != {len(fields)}:")
+    src.emit(2, "return _SLOW")
+    # As many keys as fields, and every field found: exactly the fields.
+    raws = [src.fresh("raw") for _ in fields]
+    src.emit(1, "try:")
+    for raw, f in zip(raws, fields, strict=True):
+        src.emit(2, f"{raw} = data[{f.name!r}]")
+    src.emit(1, "except KeyError:")
+    src.emit(2, "return _SLOW")
+    values = [src.fresh("value") for _ in fields]
+    for raw, value, f in zip(raws, values, fields, strict=True):
+        _emit_value(src, hints[f.name], raw, value, 1)
+    cls_name = src.refer(cls, "cls")
+    slots = _slot_setters(cls)
+    if slots is None:
+        arguments = ", ".join(f"{f.name}={v}" for f, v in zip(fields, values, strict=True))
+        src.emit(1, f"return {cls_name}({arguments})")
+    else:
+        src.emit(1, f"built = _new({cls_name})")
+        for value, setter in zip(values, slots, strict=True):
+            src.emit(1, f"{src.refer(setter, 'set')}(built, {value})")
+        src.emit(1, "return built")
+    exec("\n".join(src.lines), src.names)
+    decode = typing.cast(_Decode, src.names["decode"])
+    _FAST_BY_CLASS[cls] = decode
+    return decode
+
+
+def _slot_setters(cls: type) -> list[Callable[[object, object], None]] | None:
+    """The ``__set__`` of each field's slot, when building ``cls`` by writing them is what its
+    ``__init__`` does: the ``__init__`` dataclasses wrote (no ``__post_init__`` to run) and a
+    slot per field. ``None`` otherwise: such a class is built by calling it."""
+    init = cls.__dict__.get("__init__")
+    if (
+        init is None
+        or getattr(getattr(init, "__code__", None), "co_filename", None) != "<string>"
+        or hasattr(cls, "__post_init__")
+    ):
+        return None
+    setters: list[Callable[[object, object], None]] = []
+    for f in dataclasses.fields(cls):
+        slot = next((k.__dict__[f.name] for k in cls.__mro__ if f.name in k.__dict__), None)
+        if not f.init or not isinstance(slot, types.MemberDescriptorType):
+            return None
+        setters.append(slot.__set__)
+    return setters
 
 
 # -- the registry --------------------------------------------------------------------------------

@@ -87,13 +87,17 @@ def open_store(
     upcasters: Upcasters | None = None,
     max_event_bytes: int | None = None,
     pool_size: int = 5,
+    durable: bool = True,
 ) -> EventStore:
     """Open the log at ``url``, or ``FLEETLEDGER_DATABASE_URL``, or ``sqlite:///fleetledger.db``.
 
     Raises SchemaOutOfDate when the database is not migrated to this code's revision (the message
     names the command to run) and StoreUnavailable when it cannot be reached.
+
+    ``durable=False`` is for scratch logs (a simulation's): on SQLite a commit then survives a
+    process crash but not a power loss, and costs no fsync.
     """
-    backend = SqlBackend(resolve_url(url), pool_size=pool_size)
+    backend = SqlBackend(resolve_url(url), pool_size=pool_size, durable=durable)
     try:
         backend.check_schema()
     except BaseException:

@@ -127,53 +127,60 @@ def _body_decoder(rows: Sequence[Sequence[Any]]) -> Callable[[str], Any]:
     return _decode_body if _may_hold_big_integer(joined) else orjson.loads
 
 
-def _recorded_page(rows: Sequence[Sequence[Any]]) -> list[RecordedEvent]:
-    decode = _body_decoder(rows)
-    return [_recorded(row, decode) for row in rows]
-
-
 # Replay builds one RecordedEvent per stored event, and a frozen dataclass's generated __init__
 # (keyword handling plus object.__setattr__ per field) costs about as much as decoding the JSON
-# body. Writing the slots through their descriptors is the same operation without the overhead.
-_new_event = object.__new__
-(
-    _set_position,
-    _set_stream,
-    _set_version,
-    _set_event_id,
-    _set_type,
-    _set_schema_version,
-    _set_data,
-    _set_metadata,
-    _set_recorded_at,
-    _set_hash,
-) = (RecordedEvent.__dict__[name].__set__ for name in RecordedEvent.__dataclass_fields__)
+# body. Writing the slots through their descriptors is the same operation without the overhead;
+# the loop below binds them (and everything else it calls per row) to locals first, as a lookup
+# of a module global per field per event was a visible share of a replay too.
+_SLOT_SETTERS = tuple(
+    RecordedEvent.__dict__[name].__set__ for name in RecordedEvent.__dataclass_fields__
+)
 
 
-def _recorded(row: Sequence[Any], decode: Callable[[str], Any]) -> RecordedEvent:
-    event: RecordedEvent = _new_event(RecordedEvent)
-    _set_position(event, row[0])
-    _set_stream(event, row[1])
-    _set_version(event, row[2])
-    _set_event_id(event, row[3])
-    _set_type(event, row[4])
-    _set_schema_version(event, row[5])
-    _set_data(event, decode(row[6]))
-    metadata_text = row[7]
-    # Many events carry no metadata; skipping the decoder for "{}" is measurable on replay.
-    _set_metadata(event, {} if metadata_text == "{}" else decode(metadata_text))
-    _set_recorded_at(event, _utc(row[8]))
-    _set_hash(event, row[9].hex())
-    return event
+def _recorded_page(rows: Sequence[Sequence[Any]]) -> list[RecordedEvent]:
+    decode = _body_decoder(rows)
+    new, cls, utc = object.__new__, RecordedEvent, UTC
+    (
+        set_position,
+        set_stream,
+        set_version,
+        set_event_id,
+        set_type,
+        set_schema_version,
+        set_data,
+        set_metadata,
+        set_recorded_at,
+        set_hash,
+    ) = _SLOT_SETTERS
+    page: list[RecordedEvent] = []
+    append = page.append
+    for position, stream, version, event_id, type_, schema, data, metadata, at, digest in rows:
+        event = new(cls)
+        set_position(event, position)
+        set_stream(event, stream)
+        set_version(event, version)
+        set_event_id(event, event_id)
+        set_type(event, type_)
+        set_schema_version(event, schema)
+        set_data(event, decode(data))
+        # Many events carry no metadata; skipping the decoder for "{}" is measurable on replay.
+        set_metadata(event, {} if metadata == "{}" else decode(metadata))
+        # SQLite hands back naive datetimes; everything the store writes is UTC.
+        set_recorded_at(event, at if at.tzinfo is not None else at.replace(tzinfo=utc))
+        set_hash(event, digest.hex())
+        append(event)
+    return page
 
 
 class SqlBackend:
     """Storage for the event store on one database (Postgres or SQLite)."""
 
-    def __init__(self, url: str, *, pool_size: int = 5) -> None:
+    def __init__(self, url: str, *, pool_size: int = 5, durable: bool = True) -> None:
         try:
             self._engine = make_engine(
-                url, **({} if url.startswith("sqlite") else {"pool_size": pool_size})
+                url,
+                durable=durable,
+                **({} if url.startswith("sqlite") else {"pool_size": pool_size}),
             )
         except sa.exc.ArgumentError as e:
             raise EventStoreError(f"cannot use database URL: {e}") from e

@@ -8,6 +8,7 @@ in between an election and the check.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 
@@ -62,6 +63,23 @@ def append_in_transaction(
     return list(plan.outcomes)
 
 
+_HEADS_PER_STATEMENT = 500
+"""Streams whose heads one statement reads (SQLite allows 32,766 parameters)."""
+
+
+@functools.cache
+def _heads_sql(count: int) -> str:
+    # One statement for every stream of the group: each row's max() is a correlated subquery
+    # over the (stream_id, stream_version) index prefix, a single index probe — a GROUP BY
+    # would walk each stream's whole index range instead.
+    values = ", ".join(["(?)"] * count)
+    return (
+        f"WITH wanted(stream_id) AS (VALUES {values}) "
+        "SELECT stream_id, (SELECT max(e.stream_version) FROM events AS e "
+        "WHERE e.stream_id = wanted.stream_id) FROM wanted"
+    )
+
+
 def _read_view(conn: sa.Connection, items: Sequence[tuple[PreparedAppend, ...]]) -> LogView:
     view = LogView()
     head = conn.execute(
@@ -75,13 +93,13 @@ def _read_view(conn: sa.Connection, items: Sequence[tuple[PreparedAppend, ...]])
         # Only a group carrying terms is judged by, or moves, the recorded one.
         view.term = int(conn.execute(sa.select(fencing.c.term)).scalar() or 0)
     stream_ids = sorted({a.stream_id for item in items for a in item})
-    for stream_id in stream_ids:
-        # max() over the (stream_id, stream_version) index prefix is a single index probe.
-        version = conn.execute(
-            sa.select(sa.func.max(events.c.stream_version)).where(events.c.stream_id == stream_id)
-        ).scalar()
-        if version is not None:
-            view.versions[stream_id] = int(version)
+    for start in range(0, len(stream_ids), _HEADS_PER_STATEMENT):
+        chunk = stream_ids[start : start + _HEADS_PER_STATEMENT]
+        view.versions.update(
+            (str(stream_id), int(version))
+            for stream_id, version in conn.exec_driver_sql(_heads_sql(len(chunk)), tuple(chunk))
+            if version is not None
+        )
     ids = [uuid.UUID(bytes=e.event_id_bytes) for item in items for a in item for e in a.events]
     for event_id, stream_id, version, position in conn.execute(
         sa.select(

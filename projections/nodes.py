@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import threading
+import typing
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from uuid import UUID
 
 from fleetledger.domain import nodes
 from fleetledger.domain.codec import registered_event_types
@@ -27,6 +30,7 @@ from .recent import RecentEvents, decode
 __all__ = [
     "NODE_EVENT_TYPE_NAMES",
     "NodesProjection",
+    "StreamHead",
     "dump_json",
     "dump_of",
     "dumpstate_at",
@@ -40,6 +44,10 @@ NODE_EVENT_TYPE_NAMES: tuple[str, ...] = tuple(
 )
 """The stored names of every node-accounting event."""
 
+# The classes of NodeEvent: checking a decoded event's exact class is one set lookup, where
+# isinstance against the union tries its members in turn.
+_NODE_EVENT_CLASSES = frozenset(typing.get_args(NodeEvent))
+
 _STATELESS_TYPE_NAMES = frozenset(
     name
     for name, registered in registered_event_types().items()
@@ -47,6 +55,15 @@ _STATELESS_TYPE_NAMES = frozenset(
 )
 
 Json = dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamHead:
+    """A node stream as folded: its state, its version and the id of its last event."""
+
+    state: NodeState
+    version: int
+    last_event_id: str
 
 
 class NodesProjection:
@@ -61,7 +78,13 @@ class NodesProjection:
         self._lock = threading.Lock()
         self._reading = threading.Lock()
         self._states: dict[str, NodeState] = {}
+        # Each node stream's version and last event id as folded, so a process starting up can
+        # host the streams from these states instead of reading each stream back. A stream
+        # whose versions were not folded one after the other (another type in it) is left out.
+        self._heads: dict[str, tuple[int, UUID] | None] = {}
         self._position = 0
+        # Each node's last dump, with the state it was made of.
+        self._dumped: dict[str, tuple[NodeState, Json]] = {}
 
     @property
     def position(self) -> int:
@@ -73,6 +96,16 @@ class NodesProjection:
         """Every node the log showed, present or gone, by name."""
         with self._lock:
             return dict(self._states)
+
+    def streams(self) -> tuple[int, dict[str, StreamHead]]:
+        """:attr:`position`, and every node stream folded up to it with its state, version and
+        last event id, by node name (the states a stream would fold from the same events)."""
+        with self._lock:
+            return self._position, {
+                name: StreamHead(self._states[name], head[0], str(head[1]))
+                for name, head in self._heads.items()
+                if head is not None
+            }
 
     def node_of(self, pod: str) -> str | None:
         """The present node accounting ``pod``, if any (the last one to reserve it)."""
@@ -103,14 +136,28 @@ class NodesProjection:
         with self._lock:
             if record.global_position <= self._position:
                 return
-            _fold_record(self._states, record, self.recent.decode)
+            name = _fold_record(self._states, record, self.recent.decode)
+            if name is not None:
+                head = self._heads.get(name, (0, record.event_id))
+                follows = head is not None and head[0] + 1 == record.stream_version
+                self._heads[name] = (record.stream_version, record.event_id) if follows else None
             self._position = record.global_position
 
     def dump(self, *, settings: Mapping[str, object] | None = None) -> Json:
         """Dumpstate as of :attr:`position` (the present nodes, their pods, the queue)."""
         with self._lock:
             states, position = dict(self._states), self._position
-        return _dump(states, position, settings)
+        return _dump(states, position, settings, self._dump_node)
+
+    def _dump_node(self, state: NodeState) -> Json:
+        # A node whose state is the very object dumped last time dumps the same: a fleet's
+        # dump redoes only the nodes that changed since the last one.
+        kept = self._dumped.get(state.name)
+        if kept is not None and kept[0] is state:
+            return kept[1]
+        dumped = nodes.dump_node(state)
+        self._dumped[state.name] = (state, dumped)
+        return dumped
 
 
 def fold_nodes(store: EventStore, position: int) -> dict[str, NodeState]:
@@ -150,28 +197,34 @@ def dump_json(dump: Mapping[str, object]) -> str:
 
 
 def _dump(
-    states: Mapping[str, NodeState], position: int, settings: Mapping[str, object] | None
+    states: Mapping[str, NodeState],
+    position: int,
+    settings: Mapping[str, object] | None,
+    dump: Callable[[NodeState], Json] | None = None,
 ) -> Json:
     present = [state for state in states.values() if state.present]
-    return nodes.dumpstate(present, position=position, settings=settings)
+    return nodes.dumpstate(present, position=position, settings=settings, dump=dump)
 
 
 def _fold_record(
     states: dict[str, NodeState],
     record: RecordedEvent,
     decode: Callable[[RecordedEvent], object],
-) -> None:
+) -> str | None:
+    """Fold ``record`` into its node's state; the node's name (``None``: not a node stream)."""
     if not record.stream_id.startswith(_PREFIX):
-        return
+        return None
     name = record.stream_id[len(_PREFIX) :]
     if record.type in _STATELESS_TYPE_NAMES:
         # Warnings that evolve returns the state unchanged for: a third of the node events
         # of the restart scenario, folded without decoding their bodies.
         if name not in states:
             states[name] = nodes.initial_state()
-        return
+        return name
     event = decode(record)
-    if not isinstance(event, NodeEvent):
+    if type(event) not in _NODE_EVENT_CLASSES and not isinstance(event, NodeEvent):
         raise TypeError(f"{record.type} at {record.stream_id} is not a node-accounting event")
     state = states.get(name)
-    states[name] = nodes.evolve(nodes.initial_state() if state is None else state, event)
+    node_event = typing.cast(NodeEvent, event)  # checked above
+    states[name] = nodes.evolve(nodes.initial_state() if state is None else state, node_event)
+    return name

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from fleetledger.domain import ipam
 from fleetledger.domain.codec import from_data, registered_event_types
@@ -36,6 +37,10 @@ __all__ = [
 # The naming is the runtime's (adapters.ipam.aggregate); a read model may not import adapters.
 _PREFIX = "subnet-"
 
+# The classes of SubnetEvent: checking a decoded event's exact class is one set lookup, where
+# isinstance against the union tries its members in turn.
+_SUBNET_EVENT_CLASSES = frozenset(typing.get_args(SubnetEvent))
+
 SUBNET_EVENT_TYPE_NAMES: tuple[str, ...] = tuple(
     sorted(name for name in registered_event_types() if name.startswith("ipam."))
 )
@@ -44,8 +49,9 @@ SUBNET_EVENT_TYPE_NAMES: tuple[str, ...] = tuple(
 Json = dict[str, object]
 
 
-@dataclass(frozen=True, slots=True)
-class _Subnet:
+# A NamedTuple, not a frozen dataclass: one is built per subnet event folded, and a tuple is
+# several times cheaper to build.
+class _Subnet(NamedTuple):
     state: SubnetState
     last_change: BatchSizeChanged | None = None
 
@@ -176,9 +182,11 @@ def _fold_record(subnets: dict[str, _Subnet], record: RecordedEvent) -> None:
         return
     subnet_id = record.stream_id[len(_PREFIX) :]
     event = from_data(record.type, record.schema_version, record.data)
-    if not isinstance(event, SubnetEvent):
+    if type(event) not in _SUBNET_EVENT_CLASSES and not isinstance(event, SubnetEvent):
         raise TypeError(f"{record.type} at {record.stream_id} is not a subnet event")
-    current = subnets.get(subnet_id, _Subnet(ipam.initial_state()))
-    state = ipam.evolve(current.state, event)
+    current = subnets.get(subnet_id)
+    if current is None:
+        current = _Subnet(ipam.initial_state())
+    state = ipam.evolve(current.state, typing.cast(SubnetEvent, event))  # checked above
     last = event if isinstance(event, BatchSizeChanged) else current.last_change
     subnets[subnet_id] = _Subnet(state, last)

@@ -152,11 +152,16 @@ class Replayed:
         self.recorded_at = record.recorded_at
 
     def _requests_of(self, grouper: str) -> MachineRequestsProjection:
-        from fleetledger.adapters.machines.streams import batch_stream_prefix, grouper_stream_id
-        from fleetledger.projections.machine_requests import MachineRequestsProjection
-
         found = self.requests.get(grouper)
         if found is None:
+            # Imported here, once per grouper: an import statement costs a lookup in
+            # sys.modules even when done, and this runs for every machine event replayed.
+            from fleetledger.adapters.machines.streams import (
+                batch_stream_prefix,
+                grouper_stream_id,
+            )
+            from fleetledger.projections.machine_requests import MachineRequestsProjection
+
             found = self.requests[grouper] = MachineRequestsProjection(
                 grouper_stream=grouper_stream_id(grouper),
                 batch_stream_prefix=batch_stream_prefix(grouper),

@@ -48,7 +48,7 @@ from fleetledger.eventstore import RecordedEvent
 from .aggregate import SUBNET_CODEC, subnet_id_of
 from .allocator import IpAllocator
 from .errors import CommandRejected, InvalidIpamCommand, IpamError, NotLeader
-from .service import SubnetService
+from .service import Outcome, SubnetService
 
 __all__ = ["SubnetReactions"]
 
@@ -137,34 +137,49 @@ class SubnetReactions:
 
     def settle(self, subnet_id: str) -> int:
         """Make every allocator call ``subnet_id``'s state still lists and record the answers;
-        returns how many calls were made."""
+        returns how many calls were made.
+
+        The answers of a pass are recorded together, in few commits (a pass over a subnet's
+        nodes used to cost a commit per node), each as its own command: one the subnet refuses
+        leaves the others recorded. A call whose answer a crash left unrecorded is made again by
+        the next settle, and the allocator answers it as before (see the module docstring).
+        """
         calls = 0
         # Releases first: the IPs they free can serve the requests below.
-        for node, ips in ipam.pending_releases(self._service.load(subnet_id)).items():
-            self._allocator.release(subnet_id, node, ips)
-            calls += 1
-            self._refilled(subnet_id)
-            self._record_release(subnet_id, node, ips)
-        for node, request, count in ipam.outstanding_requests(self._service.load(subnet_id)):
-            with self._lock:
-                if subnet_id in self._short:
-                    break
-            ips = self._allocator.allocate(subnet_id, node, request=request, count=count)
-            calls += 1
-            if len(ips) < count:
-                # The subnet asks the remainder again at once; an allocator with fewer free IPs
-                # than the subnet counts (IPs taken outside it) would answer short for ever, so
-                # its requests wait until IPs go back to it.
-                log.warning(
-                    "the allocator answered short; waiting for IPs to come back to it",
-                    subnet=subnet_id,
-                    node=node,
-                    asked=count,
-                    answered=len(ips),
-                )
+        released: list[tuple[str, tuple[str, ...]]] = []
+        try:
+            for node, ips in ipam.pending_releases(self._service.load(subnet_id)).items():
+                self._allocator.release(subnet_id, node, ips)
+                calls += 1
+                self._refilled(subnet_id)
+                released.append((node, ips))
+        finally:
+            # What the allocator did before a failure is recorded all the same.
+            self._record_releases(subnet_id, released)
+        answers: list[tuple[str, int, tuple[str, ...]]] = []
+        try:
+            for node, request, count in ipam.outstanding_requests(self._service.load(subnet_id)):
                 with self._lock:
-                    self._short.add(subnet_id)
-            self._record_allocation(subnet_id, node, request, ips)
+                    if subnet_id in self._short:
+                        break
+                ips = self._allocator.allocate(subnet_id, node, request=request, count=count)
+                calls += 1
+                if len(ips) < count:
+                    # The subnet asks the remainder again at once; an allocator with fewer free
+                    # IPs than the subnet counts (IPs taken outside it) would answer short for
+                    # ever, so its requests wait until IPs go back to it.
+                    log.warning(
+                        "the allocator answered short; waiting for IPs to come back to it",
+                        subnet=subnet_id,
+                        node=node,
+                        asked=count,
+                        answered=len(ips),
+                    )
+                    with self._lock:
+                        self._short.add(subnet_id)
+                answers.append((node, request, ips))
+        finally:
+            self._record_allocations(subnet_id, answers)
         return calls
 
     def _refilled(self, subnet_id: str) -> None:
@@ -174,43 +189,50 @@ class SubnetReactions:
         if waiting:
             self.request_settle(subnet_id)
 
-    def _record_allocation(
-        self, subnet_id: str, node: str, request: int, ips: tuple[str, ...]
+    def _record_allocations(
+        self, subnet_id: str, answers: list[tuple[str, int, tuple[str, ...]]]
     ) -> None:
-        try:
-            self._service.record_allocation(
-                subnet_id, node, request, ips, causation_id=f"allocate:{node}:{request}"
-            )
-        except (CommandRejected, InvalidIpamCommand) as e:
-            # The subnet will not take this answer (the node left meanwhile, or the allocator
-            # answered out of bounds): every IP of it the subnet does not count as held goes
+        if not answers:
+            return
+        outcomes = self._service.record_allocations(subnet_id, answers)
+        refused = [
+            (answer, outcome)
+            for answer, outcome in zip(answers, outcomes, strict=True)
+            if isinstance(outcome, CommandRejected | InvalidIpamCommand)
+        ]
+        if refused:
+            # The subnet will not take these answers (the node left meanwhile, or the allocator
+            # answered out of bounds): every IP of them the subnet does not count as held goes
             # back, or the allocator would hold it for ever.
             owners = self._service.load(subnet_id).owners
-            stray = tuple(ip for ip in ips if ip not in owners)
-            log.warning(
-                "the subnet refused an allocator answer; returning its IPs",
-                subnet=subnet_id,
-                node=node,
-                request=request,
-                returned=len(stray),
-                reason=str(e),
-            )
-            if stray:
-                self._allocator.release(subnet_id, node, stray)
-                self._refilled(subnet_id)
+            for (node, request, ips), error in refused:
+                stray = tuple(ip for ip in ips if ip not in owners)
+                log.warning(
+                    "the subnet refused an allocator answer; returning its IPs",
+                    subnet=subnet_id,
+                    node=node,
+                    request=request,
+                    returned=len(stray),
+                    reason=str(error),
+                )
+                if stray:
+                    self._allocator.release(subnet_id, node, stray)
+                    self._refilled(subnet_id)
+        _raise_first_failure(outcomes)
 
-    def _record_release(self, subnet_id: str, node: str, ips: tuple[str, ...]) -> None:
-        try:
-            self._service.record_release(
-                subnet_id, node, ips, causation_id=f"release:{node}:{len(ips)}"
-            )
-        except (CommandRejected, InvalidIpamCommand) as e:
-            log.warning(
-                "the subnet refused a release the allocator made",
-                subnet=subnet_id,
-                node=node,
-                reason=str(e),
-            )
+    def _record_releases(self, subnet_id: str, releases: list[tuple[str, tuple[str, ...]]]) -> None:
+        if not releases:
+            return
+        outcomes = self._service.record_releases(subnet_id, releases)
+        for (node, _), outcome in zip(releases, outcomes, strict=True):
+            if isinstance(outcome, CommandRejected | InvalidIpamCommand):
+                log.warning(
+                    "the subnet refused a release the allocator made",
+                    subnet=subnet_id,
+                    node=node,
+                    reason=str(outcome),
+                )
+        _raise_first_failure(outcomes)
 
     def _return(self, subnet_id: str, node: str, released: tuple[str, ...]) -> None:
         try:
@@ -229,3 +251,13 @@ class SubnetReactions:
             )
         except Exception:
             log.exception("returning a gone node's IPs failed", subnet=subnet_id, node=node)
+
+
+def _raise_first_failure(outcomes: list[Outcome]) -> None:
+    """Raise what stopped a recording (the log unreachable, a newer leader), as the call of
+    one recording raised it; refusals are handled by the caller."""
+    for outcome in outcomes:
+        if isinstance(outcome, IpamError) and not isinstance(
+            outcome, CommandRejected | InvalidIpamCommand
+        ):
+            raise outcome

@@ -11,6 +11,12 @@ moved, decides once more before reporting the refusal.
 
 Allocator answers and releases are the leader's duties (``duty=True``): they carry its term, so a
 deposed leader cannot record a side effect's result.
+
+The plural calls (:meth:`SubnetService.record_allocations`, :meth:`~SubnetService.record_releases`,
+:meth:`~SubnetService.report_demands`) decide many commands in few commits
+(:func:`~fleetledger.adapters.runtime.execute_each`): each command is still its own submission —
+its own causation id, refused alone, retried alone after a stale fold — and each gets its own
+answer, a decision or the error its singular call would raise.
 """
 
 from __future__ import annotations
@@ -22,7 +28,15 @@ from datetime import datetime
 
 from fleetledger.adapters import runtime
 from fleetledger.adapters.clock import Clock
-from fleetledger.adapters.runtime import CommandRefused, Decision, HostedStream, RetryPolicy, Writer
+from fleetledger.adapters.runtime import (
+    CommandRefused,
+    Decision,
+    HostedStream,
+    Plan,
+    RetryPolicy,
+    Writer,
+    execute_each,
+)
 from fleetledger.domain.errors import InvalidCommand
 from fleetledger.domain.ipam import (
     CreateSubnet,
@@ -42,13 +56,20 @@ from .aggregate import SUBNET_CREATED_TYPES, subnet_aggregate, subnet_id_of
 from .errors import (
     CommandRejected,
     InvalidIpamCommand,
+    IpamError,
     LogContention,
     LogUnavailable,
     NotLeader,
     UnknownSubnet,
 )
 
-__all__ = ["SubnetService", "SubnetStream"]
+__all__ = ["Outcome", "SubnetService", "SubnetStream"]
+
+Outcome = Decision[SubnetEvent] | IpamError
+"""One command's fate among many: its decision, or the error its singular call would raise."""
+
+_Command = tuple[str, Callable[[datetime], SubnetCommand], str]
+"""A command to decide among many: its subnet, the command at a time, its causation id."""
 
 SubnetStream = HostedStream[SubnetState, SubnetCommand, SubnetEvent]
 
@@ -192,6 +213,99 @@ class SubnetService:
             duty=True,
         )
 
+    def record_allocations(
+        self, subnet_id: str, answers: Sequence[tuple[str, int, Sequence[str]]]
+    ) -> list[Outcome]:
+        """:meth:`record_allocation` of each ``(node, request, ips)``, in few commits: the
+        answers of one pass over the subnet's requests. Each keeps its causation id
+        (``allocate:<node>:<request>``) and its own outcome, in the order given."""
+        return self._execute_each(
+            [
+                (
+                    subnet_id,
+                    _allocation(subnet_id, node, request, tuple(ips)),
+                    f"allocate:{node}:{request}",
+                )
+                for node, request, ips in answers
+            ],
+            duty=True,
+        )
+
+    def record_releases(
+        self, subnet_id: str, releases: Sequence[tuple[str, Sequence[str]]]
+    ) -> list[Outcome]:
+        """:meth:`record_release` of each ``(node, ips)``, in few commits. Each keeps its
+        causation id (``release:<node>:<count>``) and its own outcome, in the order given."""
+        return self._execute_each(
+            [
+                (subnet_id, _release(subnet_id, node, tuple(ips)), f"release:{node}:{len(ips)}")
+                for node, ips in releases
+            ],
+            duty=True,
+        )
+
+    def report_demands(
+        self, reports: Sequence[tuple[str, str, int, Sequence[str]]]
+    ) -> list[Outcome]:
+        """:meth:`report_demand` of each ``(subnet_id, node, demand, in_use)``, many subnets
+        per commit: a pass over the nodes whose pods changed. Each keeps its causation id
+        (``demand:<node>``) and its own outcome, in the order given."""
+        return self._execute_each(
+            [
+                (subnet_id, _demand(subnet_id, node, demand, tuple(in_use)), f"demand:{node}")
+                for subnet_id, node, demand, in_use in reports
+            ]
+        )
+
+    def _execute_each(self, commands: Sequence[_Command], *, duty: bool = False) -> list[Outcome]:
+        """Decide each command as :meth:`_execute` would, many per commit."""
+        for subnet_id, _, _ in commands:
+            if not isinstance(subnet_id, str) or not subnet_id:
+                raise InvalidIpamCommand("subnet_id must be a non-empty string")
+        answers = self._each([(self.stream(s), c, k) for s, c, k in commands], duty=duty)
+        # A refusal may come from a fold behind the log: as _execute does, catch the stream up
+        # and, if it moved, decide the refused commands once more.
+        again: list[int] = []
+        moved: dict[str, bool] = {}
+        for place, answer in enumerate(answers):
+            if not isinstance(answer, CommandRefused) or isinstance(answer.error, InvalidCommand):
+                continue
+            subnet_id = commands[place][0]
+            if subnet_id not in moved:
+                stream = self.stream(subnet_id)
+                version = stream.version
+                try:
+                    with _translated():
+                        stream.load()
+                except IpamError as e:
+                    answers[place] = e
+                    continue
+                moved[subnet_id] = stream.version != version
+            if moved[subnet_id]:
+                again.append(place)
+        if again:
+            retried = self._each(
+                [(self.stream(commands[p][0]), commands[p][1], commands[p][2]) for p in again],
+                duty=duty,
+            )
+            for place, answer in zip(again, retried, strict=True):
+                answers[place] = answer
+        return [
+            _outcome(answer, subnet_id, self.stream(subnet_id))
+            for (subnet_id, _, _), answer in zip(commands, answers, strict=True)
+        ]
+
+    @staticmethod
+    def _each(
+        items: Sequence[tuple[SubnetStream, Callable[[datetime], SubnetCommand], str]],
+        *,
+        duty: bool,
+    ) -> list[Decision[SubnetEvent] | BaseException]:
+        return execute_each(
+            [(stream, _plan(command, causation_id)) for stream, command, causation_id in items],
+            duty=duty,
+        )
+
     def _execute(
         self,
         subnet_id: str,
@@ -222,6 +336,54 @@ class SubnetService:
         if stream.state.subnet_id is None:
             raise UnknownSubnet(subnet_id) from error
         raise CommandRejected(error.reason) from error
+
+
+def _plan(command: Callable[[datetime], SubnetCommand], causation_id: str) -> Plan[SubnetCommand]:
+    return lambda at: [(command(at), causation_id)]
+
+
+def _allocation(
+    subnet_id: str, node: str, request: int, ips: tuple[str, ...]
+) -> Callable[[datetime], SubnetCommand]:
+    return lambda at: RecordAllocation(subnet_id, node, request, ips, at=at)
+
+
+def _release(
+    subnet_id: str, node: str, ips: tuple[str, ...]
+) -> Callable[[datetime], SubnetCommand]:
+    return lambda at: RecordRelease(subnet_id, node, ips, at=at)
+
+
+def _demand(
+    subnet_id: str, node: str, demand: int, in_use: tuple[str, ...]
+) -> Callable[[datetime], SubnetCommand]:
+    return lambda at: ReportDemand(subnet_id, node, demand, in_use, at=at)
+
+
+def _outcome(
+    answer: Decision[SubnetEvent] | BaseException, subnet_id: str, stream: SubnetStream
+) -> Outcome:
+    """An answer of ``execute_each`` as this package's: the decision, or the error the
+    singular call raises (anything else is a bug, raised here)."""
+    if isinstance(answer, Decision):
+        return answer
+    if isinstance(answer, CommandRefused):
+        error = answer.error
+        if isinstance(error, InvalidCommand):
+            return _caused(InvalidIpamCommand(error.reason), error)
+        if stream.state.subnet_id is None:
+            return _caused(UnknownSubnet(subnet_id), error)
+        return _caused(CommandRejected(error.reason), error)
+    try:
+        with _translated():
+            raise answer
+    except IpamError as e:
+        return e
+
+
+def _caused(error: IpamError, cause: BaseException) -> IpamError:
+    error.__cause__ = cause
+    return error
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from .errors import (
 from .migrations import FakeMigrations, Migrations, migration_reactor
 from .port import NodeStreams
 from .runtime import NodesRuntime
-from .service import Grant, NodeService
+from .service import Grant, NodeService, ResourceRequest
 from .specs import DEFAULT_NODE_CONFIG, BadAnnotation, pod_spec, vm_annotations
 from .sync import ClusterSync, SyncReport
 
@@ -44,6 +44,7 @@ __all__ = [
     "NodesError",
     "NodesRuntime",
     "RequestRefused",
+    "ResourceRequest",
     "RuntimeStopped",
     "SyncReport",
     "UnknownPod",

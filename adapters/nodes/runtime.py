@@ -132,9 +132,11 @@ class NodesRuntime:
         """Load every logged node, catch the read model up, then lead (or stand by to)."""
         if self._running:
             return self
-        for node in self.service.logged_nodes():
-            self.service.stream(node)
+        # One pass of the log folds the read model, and the node streams start from its
+        # states: no stream is read back one by one.
         self.projection.catch_up(self.store)
+        position, heads = self.projection.streams()
+        self.service.host(heads, position=position)
         self._running = True
         self.duties.start(threads=self._threads)
         if self._threads:

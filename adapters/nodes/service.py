@@ -13,7 +13,7 @@ streams fold. Host and domain errors leave as :mod:`fleetledger.adapters.nodes.e
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeAlias
@@ -25,8 +25,10 @@ from fleetledger.adapters.runtime import (
     Deposed,
     Folded,
     HostedStream,
+    Plan,
     RetryPolicy,
     Writer,
+    execute_each,
 )
 from fleetledger.adapters.runtime import LogContention as HostContention
 from fleetledger.adapters.runtime import LogUnavailable as HostUnavailable
@@ -39,7 +41,6 @@ from fleetledger.domain.nodes import (
     ComputeUnitViolated,
     NodeCommand,
     NodeEvent,
-    NodeJoined,
     NodeState,
     ResourcesGranted,
     VmLimitsChanged,
@@ -48,8 +49,9 @@ from fleetledger.domain.nodes import (
     VmUseChanged,
 )
 from fleetledger.eventstore import EventStore
+from fleetledger.projections.nodes import StreamHead
 
-from .aggregate import NODE_CODEC, node_aggregate
+from .aggregate import node_aggregate, node_of_stream
 from .errors import (
     InvalidRequest,
     LogContention,
@@ -61,7 +63,7 @@ from .errors import (
     UnknownPod,
 )
 
-__all__ = ["Grant", "NodeService", "NodeStream"]
+__all__ = ["Grant", "NodeService", "NodeStream", "ResourceRequest"]
 
 NodeStream: TypeAlias = HostedStream[NodeState, NodeCommand, NodeEvent]
 
@@ -77,6 +79,7 @@ _POD_NEUTRAL = (
     VmMigrationChanged,
 )
 _PAGE = 1000
+_JOINED_TYPE = "nodes.NodeJoined"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,17 @@ class Grant:
     migrating: bool
     warnings: tuple[str, ...]
     position: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourceRequest:
+    """One agent's request, as :meth:`NodeService.request_resources` takes it."""
+
+    pod: str
+    cpu_milli: int
+    memory_slots: int
+    fractional_cpu: bool = True
+    load: float | None = None
 
 
 class NodeService:
@@ -122,48 +136,116 @@ class NodeService:
         self._lock = threading.Lock()
         self._streams: dict[str, NodeStream] = {}
         self._pods: dict[str, str] = {}
+        self._watchers: list[Callable[[str], None]] = []
+        # The pods each node accounted when last indexed, so an update touches only its own.
+        self._node_pods: dict[str, frozenset[str]] = {}
+        # Every node the log showed joining, read up to ``_joins_read``.
+        self._reading = threading.Lock()
+        self._joined: set[str] = set()
+        self._joins_read = 0
+        self._joined_sorted: list[str] | None = None
 
     # -- streams -----------------------------------------------------------------------------
 
     def stream(self, node: str) -> NodeStream:
         """``node``'s hosted stream, loaded from the log the first time it is asked for."""
+        # A pass of the cluster sync asks for every node's stream: a hosted one is found
+        # without the lock (a dict read is atomic, and entries are never replaced).
+        stream = self._streams.get(node)
+        if stream is not None:
+            return stream
         with self._lock:
             stream = self._streams.get(node)
             if stream is not None:
                 return stream
-            stream = HostedStream(
-                self._store,
-                self._aggregate,
-                nodes.stream_id(node),
-                clock=self._clock,
-                writer=self._writer,
-                retry=self._retry,
-            )
-            stream.on_events(lambda folded: self._folded(node, folded))
-            self._streams[node] = stream
+            stream = self._streams[node] = self._new_stream(node)
         stream.load()
         self._index(node, stream.state)
+        self._changed(node)
         return stream
 
+    def watch(self, observer: Callable[[str], None]) -> None:
+        """Call ``observer(node)`` (outside this service's lock) once a node's stream is hosted
+        and whenever it folds events: a reader keeping its own view of the nodes (placement's
+        capacity) re-reads only the nodes named, not every hosted one."""
+        self._watchers.append(observer)
+
+    def _changed(self, node: str) -> None:
+        for observer in self._watchers:
+            observer(node)
+
+    def host(self, heads: Mapping[str, StreamHead], *, position: int) -> None:
+        """Host each node of ``heads`` — a read model's fold of the log's node events up to
+        ``position`` — from its folded state, reading nothing back: a start-up over a fleet
+        reads the log once, not each node's stream. A node hosted already keeps its own fold.
+        """
+        for node, head in heads.items():
+            with self._lock:
+                if node in self._streams:
+                    continue
+                stream = self._new_stream(node)
+                stream.start_from(
+                    head.state, version=head.version, last_event_id=head.last_event_id
+                )
+                self._streams[node] = stream
+            self._index(node, head.state)
+            self._changed(node)
+        with self._reading:
+            # Every node stream begins with its join, so the read model's nodes are the
+            # joins up to ``position``.
+            if position > self._joins_read:
+                self._joined.update(heads)
+                self._joins_read = position
+                self._joined_sorted = None
+
+    def unlogged(self, node: str) -> NodeStream:
+        """The stream of ``node``, which :meth:`logged_nodes` has just shown never joined:
+        hosted empty, without reading it. A node stream begins with its join, so it is empty
+        as of that read; should another process append to it since, the first append here
+        conflicts and catches up, as with any stale fold."""
+        stream = self._streams.get(node)
+        if stream is not None:
+            return stream
+        self.host({node: StreamHead(nodes.initial_state(), 0, "")}, position=0)
+        return self._streams[node]
+
     def logged_nodes(self) -> list[str]:
-        """Every node that ever joined, from the log."""
-        found: set[str] = set()
-        after = 0
-        while True:
-            records = self._store.read_all(after=after, limit=_PAGE, types=["nodes.NodeJoined"])
-            for record in records:
-                event = NODE_CODEC.decode(record)
-                assert isinstance(event, NodeJoined)
-                found.add(event.node)
-            if len(records) < _PAGE:
-                return sorted(found)
-            after = records[-1].global_position
+        """Every node that ever joined, from the log (each call reads only the joins since the
+        last: a pass over a fleet reads nothing new)."""
+        with self._reading:
+            while True:
+                records = self._store.read_all(
+                    after=self._joins_read, limit=_PAGE, types=[_JOINED_TYPE]
+                )
+                for record in records:
+                    node = node_of_stream(record.stream_id)
+                    if node is not None:
+                        self._joined.add(node)
+                if records:
+                    self._joins_read = records[-1].global_position
+                    self._joined_sorted = None
+                if len(records) < _PAGE:
+                    if self._joined_sorted is None:
+                        self._joined_sorted = sorted(self._joined)
+                    return list(self._joined_sorted)
+
+    def _new_stream(self, node: str) -> NodeStream:
+        stream: NodeStream = HostedStream(
+            self._store,
+            self._aggregate,
+            nodes.stream_id(node),
+            clock=self._clock,
+            writer=self._writer,
+            retry=self._retry,
+        )
+        stream.on_events(lambda folded: self._folded(node, folded))
+        return stream
 
     def hosted(self) -> dict[str, NodeState]:
         """The state of every node this service hosts, by name."""
         with self._lock:
-            streams = dict(self._streams)
-        return {name: stream.state for name, stream in sorted(streams.items())}
+            streams = sorted(self._streams.items())
+        return {name: stream.state for name, stream in streams}
 
     def node_of(self, pod: str) -> str | None:
         """The node accounting ``pod``, if any hosted node does."""
@@ -218,6 +300,50 @@ class NodeService:
             raise _translated(e) from e
         return _grant(node, pod, stream, decision)
 
+    def request_resources_each(
+        self, requests: Sequence[ResourceRequest]
+    ) -> list[Grant | NodesError]:
+        """Many agents' requests at once, each answered as :meth:`request_resources` would
+        (its grant, or the error it would raise), many nodes per commit: what ``serve``'s
+        group commit makes of agents posting together, for a caller holding them all."""
+        answers: list[Grant | NodesError | None] = [None] * len(requests)
+        items: list[tuple[NodeStream, Plan[NodeCommand]]] = []
+        asked: list[tuple[int, str, NodeStream]] = []
+        for place, request in enumerate(requests):
+            node = self.node_of(request.pod)
+            if node is None:
+                # Not in the index: locating it reads the log, as one request does.
+                try:
+                    answers[place] = self.request_resources(
+                        request.pod,
+                        cpu_milli=request.cpu_milli,
+                        memory_slots=request.memory_slots,
+                        fractional_cpu=request.fractional_cpu,
+                        load=request.load,
+                    )
+                except NodesError as e:
+                    answers[place] = e
+                continue
+            stream = self.stream(node)
+            plan = _agent_plan(
+                request.pod,
+                request.cpu_milli,
+                request.memory_slots,
+                request.fractional_cpu,
+                request.load,
+            )
+            items.append((stream, plan))
+            asked.append((place, node, stream))
+        for (place, node, stream), outcome in zip(asked, execute_each(items), strict=True):
+            pod = requests[place].pod
+            try:
+                if isinstance(outcome, BaseException):
+                    raise _translated(outcome) from outcome  # type: ignore[arg-type]
+                answers[place] = _grant(node, pod, stream, outcome)
+            except NodesError as e:
+                answers[place] = e
+        return [answer for answer in answers if answer is not None]
+
     async def arequest_resources(
         self,
         pod: str,
@@ -246,6 +372,7 @@ class NodeService:
     # -- the pod index -----------------------------------------------------------------------
 
     def _folded(self, node: str, folded: Sequence[Folded[NodeEvent]]) -> None:
+        self._changed(node)
         if all(isinstance(f.event, _POD_NEUTRAL) for f in folded):
             return
         with self._lock:
@@ -255,10 +382,15 @@ class NodeService:
     def _index(self, node: str, state: NodeState) -> None:
         here = set(state.vm_pods) | set(state.other_pods) if state.present else set()
         with self._lock:
-            for pod in [p for p, n in self._pods.items() if n == node and p not in here]:
-                del self._pods[pod]
-            for pod in here:
+            # Only what changed on this node: the rest of the index (every other node's pods)
+            # stays as it was.
+            before = self._node_pods.get(node, frozenset())
+            for pod in before - here:
+                if self._pods.get(pod) == node:
+                    del self._pods[pod]
+            for pod in here - before:
                 self._pods[pod] = node
+            self._node_pods[node] = frozenset(here)
 
 
 def _agent_plan(

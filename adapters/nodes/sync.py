@@ -11,8 +11,10 @@ except the reservations placement holds for its workloads, which only their rele
 ``RemoveNode`` once a node leaves. A pass that finds nothing new appends nothing, so passes can
 repeat freely; they are the leader's duty.
 
-One node's commands go in one submission. A command the node refuses (a pod that does not fit a
-node it is not bound to, unreadable VM annotations) is logged and left out, and the rest go on.
+One node's commands go in one submission, and the submissions of a pass share commits (rounds
+of many nodes, :func:`~fleetledger.adapters.runtime.execute_each`); a node whose cluster view
+equals its state gets none. A command the node refuses (a pod that does not fit a node it is not
+bound to, unreadable VM annotations) is logged and left out, and the node's others go again.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from datetime import datetime
 import structlog
 
 from fleetledger.adapters.cluster import ClusterGateway, Node, Pod
-from fleetledger.adapters.runtime import CommandRefused
+from fleetledger.adapters.runtime import CommandRefused, Plan, execute_each
 from fleetledger.domain.nodes import (
     ChangeNodeConfig,
     ChangeVmLimits,
@@ -44,9 +46,10 @@ from fleetledger.domain.nodes import (
     UpdateVmUse,
     VmPod,
     VmPodSpec,
+    same_capacity,
 )
 
-from .service import NodeService, _translated
+from .service import NodeService, NodeStream, _translated
 from .specs import DEFAULT_NODE_CONFIG, BadAnnotation, accounting_name, node_capacity, pod_spec
 
 __all__ = ["ClusterSync", "SyncReport"]
@@ -86,21 +89,43 @@ class ClusterSync:
         self._cluster = cluster
         self._config = config if callable(config) else (lambda _node, c=config: c)
         self._node_label = node_label
+        # Each node the last pass found in step with the cluster, with what it compared: the
+        # node, its pods, its state and its config. Its commands are a function of those four,
+        # so while they stay the very same values it is in step still and is not compared
+        # again: a pass costs what changed, not what exists.
+        self._in_step: dict[str, tuple[Node, tuple[Pod, ...], NodeState, NodeConfig]] = {}
 
     def sync(self) -> SyncReport:
-        """One reconciliation pass over every node the cluster or the log shows."""
+        """One reconciliation pass over every node the cluster or the log shows.
+
+        Only nodes whose cluster view differs from their state get commands, and those go in
+        shared commits: a pass over an unchanged fleet decides and appends nothing.
+        """
         report = SyncReport()
         listed = {n.name: n for n in self._cluster.list_nodes(label=self._node_label)}
         pods = self._pods_by_node()
-        for name in sorted(set(listed) | set(self._service.logged_nodes())):
+        work: dict[str, list[Build]] = {}
+        logged = set(self._service.logged_nodes())
+        for name in sorted(set(listed) | logged):
             node = listed.get(name)
-            state = self._service.stream(name).state
+            state = self._stream(name, logged).state
             if node is None:
+                self._in_step.pop(name, None)
                 if state.present:
-                    self._send(name, [lambda at: RemoveNode(at=at)], report)
+                    work[name] = [lambda at: RemoveNode(at=at)]
                     report.nodes_removed += 1
                 continue
-            self._send(name, self._node_commands(node, state, pods.get(name, [])), report)
+            seen = (node, tuple(pods.get(name, ())), state, self._config(name))
+            kept = self._in_step.get(name)
+            if kept is not None and kept[2] is state and kept == seen:
+                continue
+            commands = self._node_commands(*seen)
+            if commands:
+                work[name] = commands
+                self._in_step.pop(name, None)
+            else:
+                self._in_step[name] = seen
+        self._send_each(work, report)
         return report
 
     def restart(self, incarnation: int, *, rule: StartupRule = "log_bound") -> SyncReport:
@@ -108,23 +133,35 @@ class ClusterSync:
 
         A listed node the log never saw joins first, so its pods count as never seen (held at
         their max). Every present node then gets one ``RestartController`` with the cluster's VM
-        pods on it; re-running it for the same incarnation appends nothing.
+        pods on it; re-running it for the same incarnation appends nothing. The joins, then the
+        restarts, go many nodes per commit.
         """
         report = SyncReport()
         listed = {n.name: n for n in self._cluster.list_nodes(label=self._node_label)}
         pods = self._pods_by_node()
-        for name in sorted(set(listed) | set(self._service.logged_nodes())):
-            state = self._service.stream(name).state
+        logged = set(self._service.logged_nodes())
+        names = sorted(set(listed) | logged)
+        joins: dict[str, list[Build]] = {}
+        for name in names:
             node = listed.get(name)
-            if node is not None and not state.present:
-                self._send(name, [self._join(node)], report)
-                state = self._service.stream(name).state
+            if node is not None and not self._stream(name, logged).state.present:
+                joins[name] = [self._join(node)]
+        self._send_each(joins, report)
+        restarts: dict[str, list[Build]] = {}
+        for name in names:
+            state = self._service.stream(name).state
             if not state.present or state.incarnation >= incarnation:
                 continue
             observed = tuple(self._vm_specs(pods.get(name, []), report))
-            events = self._send(name, [_restart(incarnation, observed, rule)], report)
-            report.nodes_restarted += 1 if events else 0
+            restarts[name] = [_restart(incarnation, observed, rule)]
+        sent = self._send_each(restarts, report)
+        report.nodes_restarted += sum(1 for events in sent.values() if events)
         return report
+
+    def _stream(self, name: str, logged: set[str]) -> NodeStream:
+        # A node the log never showed joining has nothing to read back: a fleet's first pass
+        # reads none of its thousands of streams.
+        return self._service.stream(name) if name in logged else self._service.unlogged(name)
 
     # -- building commands -------------------------------------------------------------------
 
@@ -142,18 +179,22 @@ class ClusterSync:
             node.name, capacity.cpu_milli, capacity.memory_bytes, capacity.gpu, config, at=at
         )
 
-    def _node_commands(self, node: Node, state: NodeState, pods: Sequence[Pod]) -> list[Build]:
+    def _node_commands(
+        self, node: Node, pods: Sequence[Pod], state: NodeState, config: NodeConfig
+    ) -> list[Build]:
         commands: list[Build] = []
         capacity = node_capacity(node)
-        config = self._config(node.name)
         if not state.present:
             commands.append(self._join(node))
         else:
-            commands.append(
-                lambda at: UpdateNodeCapacity(
-                    capacity.cpu_milli, capacity.memory_bytes, capacity.gpu, at=at
+            # What the domain decides for the capacity the node already has is nothing: a
+            # node the cluster shows unchanged gets no command at all.
+            if not same_capacity(state, capacity.cpu_milli, capacity.memory_bytes, capacity.gpu):
+                commands.append(
+                    lambda at: UpdateNodeCapacity(
+                        capacity.cpu_milli, capacity.memory_bytes, capacity.gpu, at=at
+                    )
                 )
-            )
             if config != state.config:
                 commands.append(lambda at: ChangeNodeConfig(config, at=at))
         bound: set[str] = set()
@@ -205,33 +246,62 @@ class ClusterSync:
 
     # -- sending -----------------------------------------------------------------------------
 
-    def _send(self, node: str, commands: list[Build], report: SyncReport) -> tuple[object, ...]:
-        """Send ``commands`` to ``node`` as one submission, leaving out any the node refuses."""
-        pending = list(commands)
-        stream = self._service.stream(node)
+    def _send_each(
+        self, work: dict[str, list[Build]], report: SyncReport
+    ) -> dict[str, tuple[object, ...]]:
+        """Send each node its commands as one submission, many nodes per commit, leaving out
+        any command a node refuses (that node's others are sent again); the events each node
+        appended, by name.
+
+        An error other than a refusal is raised once every node of its round has its answer.
+        """
+        sent: dict[str, tuple[object, ...]] = {}
+        pending = {name: list(commands) for name, commands in work.items() if commands}
         while pending:
-            try:
-                decision = stream.execute(
-                    lambda at: [(build(at), _CAUSE) for build in pending], duty=True
-                )
-            except CommandRefused as e:
-                reason = f"node {node}: {e.error.reason}"
-                log.warning("cluster sync command refused", node=node, reason=e.error.reason)
-                report.skipped.append(reason)
-                del pending[e.index]
-                continue
-            except Exception as e:
-                raise _translated(e) from e
-            for event in decision.events:
-                kind = type(event).__name__
-                if kind == "NodeJoined":
-                    report.nodes_joined += 1
-                elif kind in ("VmPodReserved", "OtherPodReserved"):
-                    report.pods_reserved += 1
-                elif kind == "PodDeleted":
-                    report.pods_deleted += 1
-            return decision.events
-        return ()
+            names = list(pending)
+            answers = execute_each(
+                [(self._service.stream(name), _plan(pending[name])) for name in names], duty=True
+            )
+            again: dict[str, list[Build]] = {}
+            failure: BaseException | None = None
+            for name, answer in zip(names, answers, strict=True):
+                if isinstance(answer, CommandRefused):
+                    reason = answer.error.reason
+                    log.warning("cluster sync command refused", node=name, reason=reason)
+                    report.skipped.append(f"node {name}: {reason}")
+                    commands = pending[name]
+                    del commands[answer.index]
+                    if commands:
+                        again[name] = commands
+                    else:
+                        sent[name] = ()
+                elif isinstance(answer, BaseException):
+                    failure = failure or answer
+                else:
+                    sent[name] = answer.events
+                    _count(answer.events, report)
+            if failure is not None:
+                if isinstance(failure, Exception):
+                    raise _translated(failure) from failure
+                raise failure
+            pending = again
+        return sent
+
+
+def _plan(commands: Sequence[Build]) -> Plan[NodeCommand]:
+    builds = tuple(commands)
+    return lambda at: [(build(at), _CAUSE) for build in builds]
+
+
+def _count(events: Sequence[object], report: SyncReport) -> None:
+    for event in events:
+        kind = type(event).__name__
+        if kind == "NodeJoined":
+            report.nodes_joined += 1
+        elif kind in ("VmPodReserved", "OtherPodReserved"):
+            report.pods_reserved += 1
+        elif kind == "PodDeleted":
+            report.pods_deleted += 1
 
 
 def _vm_changes(pod: VmPod, spec: VmPodSpec) -> list[Build]:

@@ -5,7 +5,9 @@
 1. **one snapshot** of every hosted node — its folded state and stream version, from memory (the
    node service's hosted streams, or this service's own fold of what it committed, whichever is
    newer; the version is read before the state, so a state newer than its version can only cause
-   a conflict, never an overbooking);
+   a conflict, never an overbooking). The snapshot is kept between batches (:mod:`.view`): a
+   batch re-reads only the nodes that changed since the last, so it costs what it touches, not
+   the size of the fleet;
 2. the pure :func:`~fleetledger.domain.placement.plan`, its overflow packed exactly within
    ``search_steps`` (the batch's report carries the plan's ``optimality_gap``);
 3. **one** ``append_many``: per touched node, the one event the node aggregate decides for its
@@ -102,7 +104,7 @@ from fleetledger.domain.placement import (
     WorkloadCommand,
     WorkloadRequest,
     check_search_steps,
-    plan,
+    plan_on,
     workloads,
 )
 from fleetledger.eventstore import (
@@ -126,6 +128,7 @@ from .errors import (
     UnknownWorkload,
     WorkloadConflict,
 )
+from .view import NodeView
 from .waiting import WaitingBook
 from .workloads import WorkloadLedger, read_workload, read_workload_events
 
@@ -260,16 +263,17 @@ class PlacementService:
         self._search_steps = check_search_steps(search_steps)
         self._batch_lock = threading.Lock()
         self._lock = threading.Condition()
+        # Only the batch thread writes these two: this service's own fold of the nodes it
+        # reserved on, and the nodes as the batches plan on them.
         self._known: dict[str, tuple[int, NodeState]] = {}
-        # Only the batch thread reads and writes this: the last snapshot's view of each node.
-        self._cache: dict[str, tuple[int, NodeState, Worker]] = {}
+        self._view = NodeView(nodes_service, self._pools, self._pool_of)
         self._worker_status: dict[str, WorkerStatus] = {}
         self._statuses: dict[str, WorkloadStatus] = {}
         self._requests: dict[str, WorkloadRequest] = {}
         self._waiting = WaitingBook(pools)
         self._ledger = WorkloadLedger()
         self._followed = 0  # the log position :meth:`follow` has read workload events up to
-        self._retired: set[str] = set()  # pending workers whose machines failed
+        self._retired: frozenset[str] = frozenset()  # pending workers whose machines failed
         self.requeue: Callable[[Sequence[WorkloadRequest]], None] | None = None
 
     @property
@@ -286,6 +290,7 @@ class PlacementService:
         """Mark a worker draining or disabled (no new workloads), or available again."""
         with self._lock:
             self._worker_status[node] = status
+        self._view.changed(node)
 
     def pending_workers(self) -> tuple[PendingWorker, ...]:
         """Workers requested and not yet joined, with the workloads waiting for them."""
@@ -293,38 +298,24 @@ class PlacementService:
             return self._waiting.workers()
 
     def snapshot(self) -> tuple[Snapshot, dict[str, NodeBatch]]:
-        """Every hosted node's free capacity, read once (see the module docstring).
+        """Every hosted node's free capacity as the next batch plans on it, and each node's
+        state and version (see the module docstring). A report of the whole fleet: batches
+        read only what changed (:mod:`.view`)."""
+        with self._batch_lock:
+            self._refresh()
+            with self._lock:
+                pending = self._waiting.workers()
+                retired = self._retired
+            workers = self._view.capacity.workers()
+            bases = {w.name: self._view.base(w.name) for w in workers}
+        return Snapshot(workers=workers, pending=pending, retired=retired), bases
 
-        A node whose version has not moved since the last snapshot is not read again: its
-        worker is reused, which keeps a snapshot of 1,000 quiet nodes to a version check each.
-        """
-        bases: dict[str, NodeBatch] = {}
-        workers = []
-        with self._lock:
-            known = dict(self._known)
-            statuses = dict(self._worker_status)
-            pending = self._waiting.workers()
-            retired = frozenset(self._retired)
-        for name in self._nodes.hosted():
-            stream = self._nodes.stream(name)
-            version = stream.version
-            mine = known.get(name)
-            if mine is not None and mine[0] >= version:
-                version = mine[0]
-            cached = self._cache.get(name)
-            if cached is not None and cached[0] == version:
-                _, state, worker = cached
-            else:
-                state = mine[1] if mine is not None and mine[0] == version else stream.state
-                pool = self._pool_of(name)
-                if pool is None or not state.present:
-                    continue
-                worker = worker_of(state, version=version, pool=pool)
-                self._cache[name] = (version, state, worker)
-            status = statuses.get(name, "available")
-            bases[name] = NodeBatch(state, version)
-            workers.append(worker if status == "available" else replace(worker, status=status))
-        return Snapshot(workers=tuple(workers), pending=pending, retired=retired), bases
+    def _refresh(self) -> None:
+        """Bring the batches' view of the nodes up to date (hold the batch lock)."""
+        self._view.refresh(self._known.get, self._status_of)
+
+    def _status_of(self, node: str) -> WorkerStatus:
+        return self._worker_status.get(node, "available")
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -451,7 +442,7 @@ class PlacementService:
             return []
         with self._lock:
             states = self._ledger.states()
-            retired = frozenset(self._retired)
+            retired = self._retired
         on_nodes = {rid for rid in states if self._nodes.node_of(rid) is not None}
         recovery = workloads.recover(states, placed=on_nodes, pools=self._pools, failed=retired)
         worker_of_request = {rid: p.name for p in recovery.pending for rid in p.request_ids}
@@ -478,17 +469,18 @@ class PlacementService:
                     self._statuses[rid] = WorkloadStatus(rid, "placed", node=state.node)
                     self._requests.pop(rid, None)
             self._lock.notify_all()
-        present = {name for name, state in self._nodes.hosted().items() if state.present}
-        # The batch that recorded a waiting workload may have stopped before asking for its
-        # machine: a new term asks for every pending worker again (a repeat under the same
-        # request id), otherwise only for the ones this process had not counted yet.
-        self._provision(
-            [
+        with self._batch_lock:
+            self._refresh()
+            present = self._view.present
+            # The batch that recorded a waiting workload may have stopped before asking for
+            # its machine: a new term asks for every pending worker again (a repeat under the
+            # same request id), otherwise only for the ones this process had not counted yet.
+            provisions = [
                 (p.name, p.pool)
                 for p in recovery.pending
-                if p.name not in present and (term_started or p.name not in known_workers)
+                if not present(p.name) and (term_started or p.name not in known_workers)
             ]
-        )
+        self._provision(provisions)
         # Following another process's submissions happens every few batches: quiet unless a
         # term starts or a worker failed.
         (log.info if term_started or failed else log.debug)(
@@ -541,7 +533,7 @@ class PlacementService:
                 workers=failed,
             )
             with self._lock:
-                self._retired.update(failed)
+                self._retired |= frozenset(failed)
         return failed
 
     def status(self, workload_id: str) -> WorkloadStatus:
@@ -671,9 +663,14 @@ class PlacementService:
     def joined_waiting(self) -> list[WorkloadRequest]:
         """The workloads waiting for workers that have joined since: the next batch takes them
         first."""
-        present = {name for name, state in self._nodes.hosted().items() if state.present}
+        with self._batch_lock:
+            self._refresh()
+            return self._joined_waiting()
+
+    def _joined_waiting(self) -> list[WorkloadRequest]:
+        """:meth:`joined_waiting` on the view as last refreshed (hold the batch lock)."""
         with self._lock:
-            ids = self._waiting.joined(present)
+            ids = self._waiting.joined(self._view.present)
             return [self._requests[rid] for rid in ids if rid in self._requests]
 
     # -- the batch ---------------------------------------------------------------------------
@@ -704,12 +701,17 @@ class PlacementService:
             any_pending = bool(self._waiting)
         if not requests:
             return BatchReport()
-        waiting = self.joined_waiting() if joined and any_pending else []
+        try:
+            self._refresh()
+        except BaseException:
+            self._requeue(requests)
+            raise
+        waiting = self._joined_waiting() if joined and any_pending else []
         ids = {r.id for r in requests}
         batch = [r for r in waiting if r.id not in ids] + requests
+        capacity = self._view.capacity
         try:
-            snapshot, bases = self.snapshot()
-            first = plan(batch, snapshot, self._pools, search_steps=self._search_steps)
+            first, pending = self._plan(batch)
         except BaseException:
             # Nothing is decided yet; the batch goes back to the queue rather than out of it
             # unanswered (the joined workloads wait in the book still).
@@ -719,11 +721,11 @@ class PlacementService:
             run = _Run(at=at, by_id={r.id: r for r in batch}, result=first, book=self._waiting)
             self._waiting = self._waiting.copy()
             run.placed.update(first.placed)
-            self._absorb(first, bases, run.touched, at=at)
-            self._planned(run, first, snapshot.pending)
+            self._absorb(first, self._view.base, run.touched, at=at)
+            self._planned(run, first, pending)
             # A joined worker's waiting workloads were just planned (on it first): they have
             # this batch's outcomes now, and its capacity is in the snapshot like any node's.
-            self._waiting.drop(w.name for w in snapshot.workers)
+            self._waiting.drop(p.name for p in pending if p.name in capacity)
             self._waiting.record(first, self._requests)
         try:
             self._commit(run)
@@ -761,6 +763,23 @@ class PlacementService:
             last_position=run.last_position,
             optimality_gap=run.result.optimality_gap,
         )
+
+    def _plan(
+        self, requests: Sequence[WorkloadRequest]
+    ) -> tuple[PlacementPlan, tuple[PendingWorker, ...]]:
+        """``requests`` planned on the nodes as the view has them and the workers pending now
+        (hold the batch lock); the plan, and the pending workers it counted."""
+        with self._lock:
+            pending = self._waiting.workers()
+            retired = self._retired
+        result = plan_on(
+            requests,
+            self._view.capacity,
+            pending=pending,
+            retired=retired,
+            search_steps=self._search_steps,
+        )
+        return result, pending
 
     def _commit(self, run: _Run) -> None:
         """Append the batch's reservations and outcomes, planned again on conflicts."""
@@ -960,25 +979,28 @@ class PlacementService:
             run.requeued.extend(moved)
             return
         # On the conflicting node's fresh state, and every other node as this batch leaves it.
-        snapshot, fresh = self.snapshot()
+        self._refresh()
         run.reads += 1
-        fresh.update(run.touched)
-        snapshot = replace(
-            snapshot,
-            workers=tuple(
-                worker_of(
-                    fresh[w.name].decided()[2], version=w.version, pool=w.pool, status=w.status
-                )
-                if w.name in run.touched
-                else w
-                for w in snapshot.workers
-            ),
-        )
-        again = plan(moved, snapshot, self._pools, search_steps=self._search_steps)
+        capacity = self._view.capacity
+        left: list[Worker] = []
+        for name, batch in run.touched.items():
+            before = capacity.get(name)
+            if before is None:
+                continue
+            left.append(before)
+            after = worker_of(
+                batch.decided()[2], version=before.version, pool=before.pool, status=before.status
+            )
+            capacity.put(after)
+        try:
+            again, pending = self._plan(moved)
+        finally:
+            for before in left:
+                capacity.put(before)
         run.placed.update(again.placed)
-        self._absorb(again, fresh, run.touched, at=run.at)
+        self._absorb(again, self._view.base, run.touched, at=run.at)
         with self._lock:
-            self._planned(run, again, snapshot.pending)
+            self._planned(run, again, pending)
             self._waiting.record(again, self._requests)
         run.result = _merged(run.result, again)
 
@@ -995,7 +1017,7 @@ class PlacementService:
     def _absorb(
         self,
         result: PlacementPlan,
-        bases: Mapping[str, NodeBatch],
+        base_of: Callable[[str], NodeBatch],
         touched: dict[str, NodeBatch],
         *,
         at: datetime,
@@ -1003,8 +1025,7 @@ class PlacementService:
         for node, placed in result.reservations.items():
             base = touched.get(node)
             if base is None:
-                source = bases[node]
-                base = touched[node] = NodeBatch(source.state, source.version)
+                base = touched[node] = base_of(node)
             base.extend(reservation(request, at=at) for request in placed)
 
     def _committed(self, touched: Mapping[str, NodeBatch], placed: Mapping[str, str]) -> None:
@@ -1012,6 +1033,7 @@ class PlacementService:
             for node, batch in touched.items():
                 events, _, after = batch.decided()
                 self._known[node] = (batch.version + len(events), after)
+                self._view.changed(node)
             for rid, node in placed.items():
                 self._statuses[rid] = WorkloadStatus(rid, "placed", node=node)
                 request = self._requests.pop(rid, None)

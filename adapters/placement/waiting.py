@@ -7,7 +7,7 @@ asking for another. Not thread-safe: the placement service guards it with its lo
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from fleetledger.domain.placement import (
@@ -42,9 +42,14 @@ class WaitingBook:
             for rid in self._pending[name].request_ids:
                 yield rid, name
 
-    def joined(self, present: Container[str]) -> list[str]:
+    def joined(self, present: Callable[[str], bool]) -> list[str]:
         """The workloads waiting for workers now ``present`` as nodes."""
-        return [rid for rid, name in self.waiting() if name in present]
+        return [
+            rid
+            for name in sorted(self._pending)
+            if present(name)
+            for rid in self._pending[name].request_ids
+        ]
 
     def copy(self) -> WaitingBook:
         """The book as it stands, to go back to if a batch's outcomes never reach the log."""

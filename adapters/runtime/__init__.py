@@ -63,6 +63,7 @@ from .stream import (
     Opening,
     Plan,
     Writer,
+    execute_each,
     opening_append,
 )
 
@@ -111,6 +112,7 @@ __all__ = [
     "correlation_of",
     "event_id",
     "events_of",
+    "execute_each",
     "lease_for",
     "opening_append",
 ]

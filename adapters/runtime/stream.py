@@ -82,6 +82,7 @@ __all__ = [
     "Opening",
     "Plan",
     "Writer",
+    "execute_each",
     "opening_append",
 ]
 
@@ -429,6 +430,19 @@ class HostedStream(Generic[S, C, E]):
             # it through its commit.
             news = self._take_news()
         self._tell(*news)
+
+    def start_from(self, state: S, *, version: int, last_event_id: str) -> bool:
+        """Start a stream nobody has loaded yet from a fold of its first ``version`` events
+        made elsewhere (a read model rebuilt in one pass over the log): what :meth:`load`
+        would leave after reading those events, without reading them. The next load or append
+        goes on from ``version``; should the log hold more, the first append conflicts and
+        catches up. ``False`` (nothing changed) once the stream is loaded."""
+        with self._fold:
+            if self._loaded:
+                return False
+            self._state, self._version, self._last_event_id = state, version, last_event_id
+            self._loaded = True
+            return True
 
     def next_deadline(self) -> datetime | None:
         """When the aggregate next needs a tick, or ``None``."""
@@ -874,6 +888,90 @@ class HostedStream(Generic[S, C, E]):
         if folded:
             for observer in self._observers:
                 observer(folded)
+
+
+_EACH_ROUND = 500
+"""Streams per shared commit in :func:`execute_each`: a transaction of a few thousand events,
+short enough that readers waiting on a stream's fold lock are not held up for long."""
+
+
+def execute_each(
+    items: Sequence[tuple[HostedStream[Any, Any, Any], Plan[Any]]], *, duty: bool = False
+) -> list[Decision[Any] | BaseException]:
+    """Execute each ``(stream, plan)`` as its own :meth:`HostedStream.execute` would, many
+    streams per commit, led on the caller's thread.
+
+    For a duty that visits many streams in one pass (a cluster sync over a fleet's nodes, a
+    take-over, a subnet's allocator answers): one commit per round of streams instead of one
+    per stream. Each item keeps its own fate — its decision or the error ``execute`` would
+    raise, in the order given; a refused or conflicting item does not touch the others.
+    Observers are told before this returns, as ``execute`` tells them. A stream another caller
+    leads at the moment is executed alone after the round (it waits for that caller).
+    """
+    answers: list[Decision[Any] | BaseException | None] = [None] * len(items)
+    for start in range(0, len(items), _EACH_ROUND):
+        chunk = list(enumerate(items[start : start + _EACH_ROUND], start=start))
+        for place, answer in _execute_round(chunk, duty=duty):
+            answers[place] = answer
+    assert all(answer is not None for answer in answers)
+    return answers  # type: ignore[return-value]
+
+
+def _execute_round(
+    chunk: Sequence[tuple[int, tuple[HostedStream[Any, Any, Any], Plan[Any]]]], *, duty: bool
+) -> list[tuple[int, Decision[Any] | BaseException]]:
+    led: dict[int, HostedStream[Any, Any, Any]] = {}
+    mine: list[tuple[int, _Submission[Any, Any]]] = []
+    alone: list[tuple[int, HostedStream[Any, Any, Any], Plan[Any]]] = []
+    for place, (stream, plan) in chunk:
+        with stream._queue_changed:
+            if id(stream) not in led:
+                if stream._leading:
+                    alone.append((place, stream, plan))
+                    continue
+                stream._leading = True
+                led[id(stream)] = stream
+            submission: _Submission[Any, Any] = _Submission(plan, duty, None)
+            stream._queue.append(submission)
+        mine.append((place, submission))
+    streams = list(led.values())
+    try:
+        begun: list[tuple[HostedStream[Any, Any, Any], _Prepared[Any, Any, Any]]] = []
+        for stream in streams:
+            try:
+                prepared = stream._begin_shared()
+            except Exception as e:
+                log.debug("a group could not be decided", stream=stream.stream_id, error=str(e))
+                continue
+            if prepared is not None:
+                begun.append((stream, prepared))
+        outcomes: list[_Outcome] = [None] * len(begun)
+        if len(begun) > 1:
+            try:
+                outcomes = list(streams[0].store.append_each([p.appends for _, p in begun]))
+            except Exception as e:
+                log.warning("a shared commit failed; appending its groups one by one", error=str(e))
+        for (stream, prepared), outcome in zip(begun, outcomes, strict=True):
+            try:
+                stream._end_shared(prepared, outcome)
+            except Exception as e:
+                log.debug("a group failed", stream=stream.stream_id, error=str(e))
+    finally:
+        for stream in streams:
+            stream._announce()
+    answers: list[tuple[int, Decision[Any] | BaseException]] = []
+    for place, submission in mine:
+        if submission.error is not None:
+            answers.append((place, submission.error))
+        else:
+            assert submission.result is not None
+            answers.append((place, submission.result))
+    for place, stream, plan in alone:
+        try:
+            answers.append((place, stream.execute(plan, duty=duty)))
+        except Exception as e:
+            answers.append((place, e))
+    return answers
 
 
 def opening_append(

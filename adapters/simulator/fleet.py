@@ -54,7 +54,7 @@ from fleetledger.adapters.cloud import FakeCloud
 from fleetledger.adapters.cluster import FakeCluster, Node, PodSpec
 from fleetledger.adapters.ipam import InMemoryAllocator
 from fleetledger.adapters.machines import MachineRequest
-from fleetledger.adapters.nodes import NodesError, vm_annotations
+from fleetledger.adapters.nodes import NodesError, ResourceRequest, vm_annotations
 from fleetledger.adapters.placement import PlacementError, PlacementRuntime
 from fleetledger.adapters.runtime import RetryPolicy
 from fleetledger.domain.machines import GrouperConfig
@@ -133,7 +133,8 @@ class _Process:
     def __init__(self, world: _World, name: str) -> None:
         self.name = name
         runtimes = controller_runtimes(
-            open_store(world.url),
+            # As the scenario's reader (see .logs): processes crash here, never the machine.
+            open_store(world.url, durable=False),
             name=name,
             board=world.board,
             time=world.time,
@@ -171,7 +172,7 @@ class _Process:
 
     def dump(self) -> dict[str, object]:
         """The live dumpstate (``GET /v1/dumpstate``): the node read model and the subnets."""
-        return with_subnets(self.store, self.nodes.dump())
+        return with_subnets(self.store, self.nodes.dump(), held=self.ipam.projection)
 
     def die(self) -> None:
         self.lease.expire()
@@ -348,6 +349,7 @@ class _World:
         now = self.seconds()
         placement = self.leader.placement
         lifetime = self.settings.workload_minutes * 60.0
+        arrived: list[WorkloadRequest] = []
         while self._next_arrival <= now:
             request = WorkloadRequest(
                 id=f"w-{self.submitted:07d}",
@@ -356,11 +358,15 @@ class _World:
                 priority=self.rng.choice((0, 0, 0, 1)),
             )
             self.submitted += 1
-            placement.submit([request])
+            arrived.append(request)
             self.unsettled.add(request.id)
             leaves = self._next_arrival + self.rng.expovariate(1.0 / lifetime)
             heapq.heappush(self.departures, (leaves, request.id))
             self._next_arrival = self._draw_arrival(self._next_arrival)
+        if arrived:
+            # The clients of one round post at once, and serve's group commit records their
+            # submissions in one transaction: one call with all of them is that commit.
+            placement.submit(arrived)
         while self.departures and self.departures[0][0] <= now:
             _, workload = heapq.heappop(self.departures)
             self._depart(workload)
@@ -408,9 +414,10 @@ class _World:
         self.changed.add(node)
 
     def _agents(self) -> None:
-        """Every VM pod's agent asks for its resources: its demand walks up and down."""
-        service = self.leader.nodes.service
+        """Every VM pod's agent asks for its resources: its demand walks up and down. The
+        agents of one period post together, and ``serve`` group-commits them: asked at once."""
         unit = _NODE_CONFIG.compute_unit
+        requests = []
         for pod in self.vm_pods:
             cpu, memory = self.demand[pod]
             cpu = max(
@@ -419,13 +426,14 @@ class _World:
             )
             memory = max(1, min(4, memory + self.rng.randint(-1, 1)))
             self.demand[pod] = (cpu, memory)
-            try:
-                service.request_resources(pod, cpu_milli=cpu, memory_slots=memory)
-            except NodesError as e:
+            requests.append(ResourceRequest(pod=pod, cpu_milli=cpu, memory_slots=memory))
+        answers = self.leader.nodes.service.request_resources_each(requests)
+        for request, answer in zip(requests, answers, strict=True):
+            if isinstance(answer, NodesError):
                 # A pod whose VM is migrating may only ask for its reservation meanwhile.
-                log.debug("fleet: agent request refused", pod=pod, error=str(e))
+                log.debug("fleet: agent request refused", pod=request.pod, error=str(answer))
                 self.agent_refusals += 1
-            self.agent_requests += 1
+        self.agent_requests += len(requests)
         if self.seconds() < self.horizon:
             self.schedule(self.seconds() + self.settings.agent_period_seconds, "agents")
 
@@ -484,6 +492,7 @@ class _World:
                 service.join(subnet, names[len(members) :])
                 members.update(names)
         states = {subnet: service.stream(subnet).state.nodes for subnet in self.subnet_nodes}
+        reports = []
         for node in sorted(self.changed):
             demand = _SYSTEM_IPS + self.per_node[node]
             pool_state = states[self.subnet_of[node]].get(node)
@@ -492,7 +501,11 @@ class _World:
             if pool_state is not None and pool_state.demand == demand:
                 continue
             held = pool_state.held if pool_state is not None else ()
-            service.report_demand(self.subnet_of[node], node, demand, held[:demand])
+            reports.append((self.subnet_of[node], node, demand, held[:demand]))
+        # The nodes' reports of one pass arrive together: group-committed, as serve would.
+        for outcome in service.report_demands(reports):
+            if isinstance(outcome, Exception):
+                raise outcome
         self.changed.clear()
         process.ipam.step()
         self.phases["sync.subnets"] += time.perf_counter() - started

@@ -38,13 +38,15 @@ whenever it changes; node informers send :class:`JoinNodes` / :class:`LeaveNode`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Literal, TypeAlias
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
 from fleetledger.domain.ipam.sizing import (
+    BATCH_EXPONENTS,
     DEFAULT_BUFFER,
     DEFAULT_LOWER_THRESHOLD,
     DEFAULT_MAX_IPS,
@@ -52,12 +54,16 @@ from fleetledger.domain.ipam.sizing import (
     DEFAULT_X_NSF,
     DEFAULT_X_SSF,
     batch_ceiling,
+    batch_terms,
     check_max_ips,
+    crossed,
+    exact_pool_size,
+    floor_term,
     next_exhausted,
     plan_release,
     pool_size,
+    settled_batch,
     subnet_batch_size,
-    subnet_floor,
 )
 
 __all__ = [
@@ -379,6 +385,11 @@ class SubnetState:
     owners: Mapping[str, str] = field(default_factory=dict)
     batch_size: int = 1
     exhausted: bool = False
+    # Sums over the nodes that a decision needs, kept by evolve as single pools change and built
+    # by decide when missing (see _Index): what lets a decision cost what changed rather than
+    # the subnet's size. Derived from the fields above, so it is no part of the value (equality,
+    # repr), and replace() leaves it behind.
+    _index: _Index | None = field(default=None, init=False, repr=False, compare=False)
 
 
 def initial_state() -> SubnetState:
@@ -391,64 +402,375 @@ def initial_state() -> SubnetState:
 
 def evolve(state: SubnetState, event: SubnetEvent) -> SubnetState:
     """Apply one event. Events are facts: nothing here refuses them."""
+    after = _apply(state, event)
+    index = state._index
+    if index is not None and not isinstance(event, SubnetCreated):
+        object.__setattr__(after, "_index", _followed(index, state, after, event))
+    return after
+
+
+def _apply(state: SubnetState, event: SubnetEvent) -> SubnetState:
+    # States and pools are built field by field: dataclasses.replace costs several times more,
+    # and a subnet folds an event per node per pass.
     if isinstance(event, SubnetCreated):
         return SubnetState(event.subnet_id, event.capacity, batch_size=event.batch_size)
     if isinstance(event, NodeJoined):
-        return replace(state, nodes={**state.nodes, event.node: NodePool(max_ips=event.max_ips)})
+        nodes = {**state.nodes, event.node: NodePool(max_ips=event.max_ips)}
+        return _with(state, nodes, state.owners)
     if isinstance(event, NodeLeft):
-        gone = set(event.released)
-        return replace(
-            state,
-            nodes={n: p for n, p in state.nodes.items() if n != event.node},
-            owners={ip: n for ip, n in state.owners.items() if ip not in gone},
-        )
+        nodes = dict(state.nodes)
+        nodes.pop(event.node, None)
+        return _with(state, nodes, _Owners.of(state.owners).without(event.released))
     if isinstance(event, ExhaustionChanged):
         return replace(state, exhausted=event.exhausted)
     if isinstance(event, BatchSizeChanged):
         return replace(state, batch_size=event.batch_size)
-    pool = state.nodes[event.node]
+    node = event.node
+    p = state.nodes[node]
+    owners = state.owners
     if isinstance(event, DemandReported):
-        return _with_pool(
-            state, event.node, replace(pool, demand=event.demand, in_use=event.in_use)
+        pool = NodePool(
+            event.demand,
+            event.in_use,
+            p.held,
+            p.pending_release,
+            p.requested,
+            p.in_flight,
+            p.requests_made,
+            p.max_ips,
         )
-    if isinstance(event, PoolResized):
-        return _with_pool(
-            state,
-            event.node,
-            replace(pool, requested=event.requested, pending_release=event.pending_release),
+    elif isinstance(event, PoolResized):
+        pool = NodePool(
+            p.demand,
+            p.in_use,
+            p.held,
+            event.pending_release,
+            event.requested,
+            p.in_flight,
+            p.requests_made,
+            p.max_ips,
         )
-    if isinstance(event, IpsRequested):
-        return _with_pool(
-            state,
-            event.node,
-            replace(
-                pool,
-                in_flight={**pool.in_flight, event.request: event.count},
-                requests_made=max(pool.requests_made, event.request),
-            ),
+    elif isinstance(event, IpsRequested):
+        pool = NodePool(
+            p.demand,
+            p.in_use,
+            p.held,
+            p.pending_release,
+            p.requested,
+            {**p.in_flight, event.request: event.count},
+            max(p.requests_made, event.request),
+            p.max_ips,
         )
-    if isinstance(event, IpsAllocated):
-        new_pool = replace(
-            pool,
-            held=(*pool.held, *event.ips),
-            in_flight={r: c for r, c in pool.in_flight.items() if r != event.request},
+    elif isinstance(event, IpsAllocated):
+        pool = NodePool(
+            p.demand,
+            p.in_use,
+            (*p.held, *event.ips),
+            p.pending_release,
+            p.requested,
+            {r: c for r, c in p.in_flight.items() if r != event.request},
+            p.requests_made,
+            p.max_ips,
         )
-        owners = {**state.owners, **dict.fromkeys(event.ips, event.node)}
-        return replace(_with_pool(state, event.node, new_pool), owners=owners)
-    if isinstance(event, IpsReleased):
+        owners = _Owners.of(owners).given(event.ips, node)
+    elif isinstance(event, IpsReleased):
         gone = set(event.ips)
-        new_pool = replace(
-            pool,
-            held=tuple(ip for ip in pool.held if ip not in gone),
-            pending_release=tuple(ip for ip in pool.pending_release if ip not in gone),
+        pool = NodePool(
+            p.demand,
+            p.in_use,
+            tuple(ip for ip in p.held if ip not in gone),
+            tuple(ip for ip in p.pending_release if ip not in gone),
+            p.requested,
+            p.in_flight,
+            p.requests_made,
+            p.max_ips,
         )
-        owners = {ip: n for ip, n in state.owners.items() if ip not in gone}
-        return replace(_with_pool(state, event.node, new_pool), owners=owners)
-    raise TypeError(f"not a subnet event: {event!r}")
+        owners = _Owners.of(owners).without(event.ips)
+    else:
+        raise TypeError(f"not a subnet event: {event!r}")
+    return _with(state, {**state.nodes, node: pool}, owners)
 
 
-def _with_pool(state: SubnetState, node: str, pool: NodePool) -> SubnetState:
-    return replace(state, nodes={**state.nodes, node: pool})
+def _with(
+    state: SubnetState, nodes: Mapping[str, NodePool], owners: Mapping[str, str]
+) -> SubnetState:
+    return SubnetState(
+        state.subnet_id, state.capacity, nodes, owners, state.batch_size, state.exhausted
+    )
+
+
+class _Owners(Mapping[str, str]):
+    """Who holds each IP of a subnet: a read-only mapping whose changed copies share most of
+    their entries with the original.
+
+    A subnet holds thousands of IPs and an event names a few, yet every state is a value of its
+    own; copying a whole dict per allocation made folding a subnet cost its size per event. The
+    entries are spread over buckets by the address's hash, and a changed copy copies only the
+    buckets it touches. Iteration order is unspecified.
+    """
+
+    __slots__ = ("_buckets", "_size")
+
+    # About as many buckets as a subnet has nodes: an event's few IPs touch as many small
+    # buckets, and the copy of the bucket list is cheap.
+    _BUCKETS = 1024
+
+    def __init__(self, entries: Mapping[str, str] | None = None) -> None:
+        buckets: list[dict[str, str]] = [{} for _ in range(self._BUCKETS)]
+        for ip, node in (entries or {}).items():
+            buckets[hash(ip) % self._BUCKETS][ip] = node
+        self._buckets: tuple[dict[str, str], ...] = tuple(buckets)
+        self._size = sum(len(bucket) for bucket in buckets)
+
+    @classmethod
+    def of(cls, owners: Mapping[str, str]) -> _Owners:
+        """``owners`` itself if it is one, else a copy."""
+        return owners if isinstance(owners, _Owners) else cls(owners)
+
+    def __getitem__(self, ip: str) -> str:
+        return self._buckets[hash(ip) % self._BUCKETS][ip]
+
+    def __contains__(self, ip: object) -> bool:
+        return ip in self._buckets[hash(ip) % self._BUCKETS]
+
+    def get(self, ip: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        return self._buckets[hash(ip) % self._BUCKETS].get(ip, default)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[str]:
+        for bucket in self._buckets:
+            yield from bucket
+
+    def __repr__(self) -> str:
+        return f"_Owners({dict(self)!r})"
+
+    def given(self, ips: Sequence[str], node: str) -> _Owners:
+        """A copy where ``node`` holds ``ips``."""
+        buckets, size = self._changed(ips), self._size
+        for ip in ips:
+            bucket = buckets[hash(ip) % self._BUCKETS]
+            size += ip not in bucket
+            bucket[ip] = node
+        return self._made(buckets, size)
+
+    def without(self, ips: Sequence[str]) -> _Owners:
+        """A copy where nobody holds ``ips``."""
+        buckets, size = self._changed(ips), self._size
+        for ip in ips:
+            bucket = buckets[hash(ip) % self._BUCKETS]
+            if ip in bucket:
+                del bucket[ip]
+                size -= 1
+        return self._made(buckets, size)
+
+    def _changed(self, ips: Sequence[str]) -> list[dict[str, str]]:
+        buckets = list(self._buckets)
+        for index in {hash(ip) % self._BUCKETS for ip in ips}:
+            buckets[index] = dict(buckets[index])
+        return buckets
+
+    @classmethod
+    def _made(cls, buckets: list[dict[str, str]], size: int) -> _Owners:
+        made = cls.__new__(cls)
+        made._buckets = tuple(buckets)
+        made._size = size
+        return made
+
+
+# -- the index: what a decision needs of every node, kept as nodes change -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    """Sums over a subnet's nodes for one configuration, so that a decision looks only at the
+    nodes it changes: re-planning every node on every command made a subnet's decision cost
+    its size (250 nodes: milliseconds per agent report).
+
+    Each field is a function of the state's fields, kept exact by :func:`evolve` (one pool in,
+    one pool out per event) and rebuilt from the nodes by :func:`_index_of` when missing; a test
+    compares the decisions against a re-computation from every node.
+    """
+
+    config: IpamConfig
+    buffer: Fraction
+    x_nsf: Fraction
+    x_ssf: Fraction
+    upper: Fraction
+    lower: Fraction
+    floor: int
+    """Σ of :func:`floor_term` (the subnet's floor, which drives the exhaustion flag)."""
+    totals: tuple[int, ...]
+    """Σ of :func:`batch_terms`: ``A(2^k)`` for each candidate batch."""
+    maxima: Mapping[int, int]
+    """How many nodes have each maximum (the largest clamps the batch)."""
+    demand: int
+    in_flight: int
+    """IPs asked of the allocator and not answered."""
+    short: frozenset[str]
+    """Nodes whose target exceeds what they hold and have asked for."""
+    off_plan: frozenset[str] | None
+    """Nodes whose recorded target or pending release is not their plan at the state's batch
+    and flag; ``None`` after the batch or the flag changed, until the next decision plans every
+    node again (once per change of either)."""
+
+
+def _index_of(state: SubnetState, config: IpamConfig) -> _Index:
+    """The state's index for ``config``, built from every node (and kept on the state) if it
+    has none yet — once per stream load, or per configuration."""
+    index = state._index
+    if index is not None and (index.config is config or index.config == config):
+        if index.off_plan is None:
+            index = replace(index, off_plan=_off_plan(state, index))
+            object.__setattr__(state, "_index", index)
+        return index
+    index = _Index(
+        config,
+        Fraction(config.buffer),
+        Fraction(config.x_nsf),
+        Fraction(config.x_ssf),
+        Fraction(config.upper),
+        Fraction(config.lower),
+        floor=0,
+        totals=(0,) * len(BATCH_EXPONENTS),
+        maxima={},
+        demand=0,
+        in_flight=0,
+        short=frozenset(),
+        off_plan=frozenset(),
+    )
+    for name, pool in state.nodes.items():
+        index = _moved(index, state, name, None, pool)
+    # The index is a cache of the state's own fields, so the frozen state may carry it.
+    object.__setattr__(state, "_index", index)
+    return index
+
+
+def _off_plan(state: SubnetState, index: _Index) -> frozenset[str]:
+    """The nodes whose recorded plan is not their plan at the state's batch and flag."""
+    fraction = _ONE if state.exhausted else index.buffer
+    off = set()
+    for name, pool in state.nodes.items():
+        _, target, pending = _plan(pool, state.batch_size, fraction, _node_max(pool, index.config))
+        if (target, pending) != (pool.requested, pool.pending_release):
+            off.add(name)
+    return frozenset(off)
+
+
+def _followed(index: _Index, before: SubnetState, after: SubnetState, event: SubnetEvent) -> _Index:
+    """``index`` after ``event`` took ``before`` to ``after``."""
+    if isinstance(event, ExhaustionChanged | BatchSizeChanged):
+        return replace(index, off_plan=None)
+    if isinstance(event, SubnetCreated):  # pragma: no cover - evolve starts a new state instead
+        raise TypeError("a created subnet has no index yet")
+    node = event.node
+    return _moved(index, after, node, before.nodes.get(node), after.nodes.get(node))
+
+
+def _moved(
+    index: _Index, state: SubnetState, name: str, old: NodePool | None, new: NodePool | None
+) -> _Index:
+    """``index`` with node ``name``'s pool going from ``old`` to ``new`` (``None``: absent) in
+    ``state`` (the state after the change)."""
+    config = index.config
+    floor, totals, maxima, demand = index.floor, index.totals, index.maxima, index.demand
+    if old is None or new is None or old.demand != new.demand or old.max_ips != new.max_ips:
+        counts = dict(maxima)
+        if old is not None:
+            most = _node_max(old, config)
+            floor -= floor_term(old.demand, most)
+            totals = tuple(
+                t - x
+                for t, x in zip(totals, batch_terms(old.demand, most, index.buffer), strict=True)
+            )
+            counts[most] -= 1
+            if not counts[most]:
+                del counts[most]
+            demand -= old.demand
+        if new is not None:
+            most = _node_max(new, config)
+            floor += floor_term(new.demand, most)
+            totals = tuple(
+                t + x
+                for t, x in zip(totals, batch_terms(new.demand, most, index.buffer), strict=True)
+            )
+            counts[most] = counts.get(most, 0) + 1
+            demand += new.demand
+        maxima = counts
+    in_flight = index.in_flight
+    if old is not None:
+        in_flight -= sum(old.in_flight.values())
+    if new is not None:
+        in_flight += sum(new.in_flight.values())
+    short = _marked(index.short, name, new is not None and _want(new) > 0)
+    off_plan = index.off_plan
+    if off_plan is not None:
+        if new is None:
+            off_plan = _marked(off_plan, name, False)
+        elif old is None or not _same_plan_inputs(old, new):
+            batch, fraction = state.batch_size, _ONE if state.exhausted else index.buffer
+            _, target, pending = _plan(new, batch, fraction, _node_max(new, config))
+            off_plan = _marked(
+                off_plan, name, (target, pending) != (new.requested, new.pending_release)
+            )
+    return _Index(
+        config,
+        index.buffer,
+        index.x_nsf,
+        index.x_ssf,
+        index.upper,
+        index.lower,
+        floor=floor,
+        totals=totals,
+        maxima=maxima,
+        demand=demand,
+        in_flight=in_flight,
+        short=short,
+        off_plan=off_plan,
+    )
+
+
+_ONE = Fraction(1)
+
+
+def _marked(names: frozenset[str], name: str, member: bool) -> frozenset[str]:
+    if (name in names) == member:
+        return names
+    return names | {name} if member else names - {name}
+
+
+def _same_plan_inputs(old: NodePool, new: NodePool) -> bool:
+    """Whether a pool's plan and its record of it are unchanged (``replace`` keeps the fields
+    it is not given, so identity says it)."""
+    return (
+        old.demand == new.demand
+        and old.max_ips == new.max_ips
+        and old.requested == new.requested
+        and old.held is new.held
+        and old.in_use is new.in_use
+        and old.pending_release is new.pending_release
+    )
+
+
+def _want(pool: NodePool) -> int:
+    """IPs the pool still lacks beyond what it holds and has asked for."""
+    return pool.requested - len(pool.held) - sum(pool.in_flight.values())
+
+
+def _plan(
+    pool: NodePool, batch: int, buffer: Fraction, most: int
+) -> tuple[int, int, tuple[str, ...]]:
+    """The node's own batch, its pool target and the IPs pending release at subnet batch
+    ``batch`` and ``buffer``, for the node's maximum ``most``."""
+    # The original clamps each node's batch to its maxIPCount (Azure CNS clampScaler).
+    own = min(batch, most)
+    target = exact_pool_size(pool.demand, own, buffer, most)
+    surplus = len(pool.held) - target
+    pending = (
+        plan_release(pool.held, pool.in_use, pool.pending_release, surplus) if surplus > 0 else ()
+    )
+    return own, target, pending
 
 
 # -- queries -------------------------------------------------------------------------------------
@@ -538,6 +860,7 @@ def decide(
         cause = f"release {command.node}"
     else:
         raise InvalidCommand(f"a subnet does not handle {type(command).__name__}")
+    _index_of(state, config)  # evolve keeps it through the facts
     after = state
     for event in facts:
         after = evolve(after, event)
@@ -718,31 +1041,26 @@ def _replan(
 ) -> list[SubnetEvent]:
     assert state.subnet_id is not None
     subnet = state.subnet_id
-    names = sorted(state.nodes)
-    demands = [state.nodes[n].demand for n in names]
-    maxima = [_node_max(state.nodes[n], config) for n in names]
-    floor = subnet_floor(demands, max_ips=config.max_ips, node_max_ips=maxima)
+    index = _index_of(state, config)
+    floor = index.floor
     events: list[SubnetEvent] = []
-    exhausted = next_exhausted(
-        state.exhausted, floor, state.capacity, upper=config.upper, lower=config.lower
-    )
+    exhausted = crossed(state.exhausted, floor, state.capacity, high=index.upper, low=index.lower)
     if exhausted != state.exhausted:
         events.append(ExhaustionChanged(subnet, exhausted, floor, state.capacity, at))
     if exhausted:
-        batch, buffer = 1, 1.0
+        batch, buffer, fraction = 1, 1.0, _ONE
     else:
-        batch = subnet_batch_size(
+        batch = settled_batch(
             state.capacity,
-            demands,
-            buffer=config.buffer,
-            x_nsf=config.x_nsf,
-            x_ssf=config.x_ssf,
-            max_ips=config.max_ips,
-            node_max_ips=maxima,
+            len(state.nodes),
+            max(index.maxima, default=config.max_ips),
+            index.totals,
+            x_nsf=index.x_nsf,
+            x_ssf=index.x_ssf,
         )
-        buffer = config.buffer
+        buffer, fraction = config.buffer, index.buffer
     if batch != state.batch_size:
-        total, previous_total = sum(demands), sum(p.demand for p in before.nodes.values())
+        total, previous_total = index.demand, _index_of(before, config).demand
         direction: Direction = (
             "rising"
             if total > previous_total
@@ -757,7 +1075,7 @@ def _replan(
                 state.batch_size,
                 exhausted,
                 state.capacity,
-                len(names),
+                len(state.nodes),
                 total,
                 floor,
                 allocated(before),
@@ -766,19 +1084,20 @@ def _replan(
                 at,
             )
         )
-    pools = dict(state.nodes)
-    for name, most in zip(names, maxima, strict=True):
-        pool = pools[name]
-        # The original clamps each node's batch to its maxIPCount (Azure CNS clampScaler).
-        own = min(batch, most)
-        target = pool_size(pool.demand, own, buffer=buffer, max_ips=most)
-        pending = plan_release(
-            pool.held, pool.in_use, pool.pending_release, len(pool.held) - target
-        )
+    # Every other node's recorded plan is its plan at this batch and flag: only the nodes the
+    # index lists can change, unless the batch or the flag did.
+    if index.off_plan is not None and (batch, exhausted) == (state.batch_size, state.exhausted):
+        names = sorted(index.off_plan)
+    else:
+        names = sorted(state.nodes)
+    resized: dict[str, NodePool] = {}
+    for name in names:
+        pool = state.nodes[name]
+        own, target, pending = _plan(pool, batch, fraction, _node_max(pool, config))
         if (target, pending) != (pool.requested, pool.pending_release):
             events.append(PoolResized(subnet, name, target, pending, own, buffer, pool.demand, at))
-            pools[name] = replace(pool, requested=target, pending_release=pending)
-    events.extend(_requests(subnet, state, pools, at))
+            resized[name] = replace(pool, requested=target, pending_release=pending)
+    events.extend(_requests(subnet, state, index, resized, at))
     return events
 
 
@@ -788,10 +1107,16 @@ def _node_max(pool: NodePool, config: IpamConfig) -> int:
 
 
 def _requests(
-    subnet: str, state: SubnetState, pools: Mapping[str, NodePool], at: datetime
+    subnet: str,
+    state: SubnetState,
+    index: _Index,
+    resized: Mapping[str, NodePool],
+    at: datetime,
 ) -> list[SubnetEvent]:
-    in_flight = sum(sum(p.in_flight.values()) for p in pools.values())
-    budget = state.capacity - allocated(state) - in_flight
+    budget = state.capacity - allocated(state) - index.in_flight
+    # Only a node short of its target is asked for: those the index lists, as re-planned.
+    pools = {name: state.nodes[name] for name in index.short if name not in resized}
+    pools.update((name, pool) for name, pool in resized.items() if _want(pool) > 0)
     # Nodes with pods waiting for an IP first: they are the ones a short subnet should serve.
     order = sorted(
         pools, key=lambda n: (pools[n].usable - pools[n].demand + len(pools[n].in_use), n)
@@ -799,8 +1124,7 @@ def _requests(
     events: list[SubnetEvent] = []
     for name in order:
         pool = pools[name]
-        want = pool.requested - len(pool.held) - sum(pool.in_flight.values())
-        count = min(want, budget)
+        count = min(_want(pool), budget)
         if count > 0:
             events.append(IpsRequested(subnet, name, pool.requests_made + 1, count, at))
             budget -= count

@@ -89,6 +89,7 @@ from fractions import Fraction
 from fleetledger.domain.errors import InvalidCommand
 
 __all__ = [
+    "BATCH_EXPONENTS",
     "DEFAULT_BUFFER",
     "DEFAULT_LOWER_THRESHOLD",
     "DEFAULT_MAX_IPS",
@@ -98,10 +99,15 @@ __all__ = [
     "MAX_IPS_LIMIT",
     "batch_ceiling",
     "batch_size",
+    "batch_terms",
     "check_max_ips",
+    "crossed",
+    "exact_pool_size",
+    "floor_term",
     "next_exhausted",
     "plan_release",
     "pool_size",
+    "settled_batch",
     "subnet_batch_size",
     "subnet_floor",
 ]
@@ -251,6 +257,12 @@ def pool_size(
     return _pool(demand, batch, _buffer(buffer), max_ips)
 
 
+def exact_pool_size(demand: int, batch: int, buffer: Fraction, max_ips: int) -> int:
+    """:func:`pool_size` on checked inputs with an exact ``buffer``, for callers that checked
+    them once (the Subnet aggregate plans a pool on every decision)."""
+    return _pool(demand, batch, buffer, max_ips)
+
+
 def _pool(demand: int, batch: int, buffer: Fraction, max_ips: int) -> int:
     # ⌈p/q + d/b⌉ in integers: ceil((p·b + d·q) / (q·b)). This runs for every node on every
     # decision, and Fraction arithmetic would dominate a subnet's decide.
@@ -346,6 +358,48 @@ def subnet_batch_size(
     return 1
 
 
+BATCH_EXPONENTS = tuple(range(1, MAX_IPS_LIMIT.bit_length() + 1))
+"""The exponents ``k`` of every batch ``2^k > 1`` :func:`subnet_batch_size` may try: no node
+maximum exceeds 250, so no batch above ``2^8`` is ever tried."""
+
+
+def batch_terms(demand: int, max_ips: int, buffer: Fraction) -> tuple[int, ...]:
+    """One node's share of ``A(2^k)`` for each of :data:`BATCH_EXPONENTS`: its pool at its own
+    batch ``min(2^k, max_ips)`` plus that batch. Summed over the nodes (and kept as nodes change)
+    they decide the batch with :func:`settled_batch`, as :func:`subnet_batch_size` does."""
+    terms = []
+    for k in BATCH_EXPONENTS:
+        b = 1 << k
+        mine = b if b < max_ips else max_ips
+        terms.append(_pool(demand, mine, buffer, max_ips) + mine)
+    return tuple(terms)
+
+
+def floor_term(demand: int, max_ips: int) -> int:
+    """One node's share of :func:`subnet_floor`: its pool at ``B = 1``, buffer 1."""
+    return _pool(demand, 1, _ONE, max_ips)
+
+
+def settled_batch(
+    capacity: int,
+    nodes: int,
+    largest: int,
+    totals: Sequence[int],
+    *,
+    x_nsf: Fraction,
+    x_ssf: Fraction,
+) -> int:
+    """:func:`subnet_batch_size` from ``totals``, the nodes' :func:`batch_terms` summed, and
+    ``largest``, the largest node maximum (the configured one when there are no nodes); the
+    inputs are checked and the factors exact already."""
+    top = min(_beta(capacity, nodes, x_nsf, x_ssf), (largest - 1).bit_length())
+    for k in range(top, 0, -1):
+        if totals[k - 1] <= capacity:
+            b = 1 << k
+            return b if b < largest else largest
+    return 1
+
+
 # -- exhaustion ----------------------------------------------------------------------------------
 
 
@@ -367,7 +421,12 @@ def next_exhausted(
         raise InvalidCommand(
             f"thresholds must satisfy 0 <= lower <= upper <= 1, got lower {lower}, upper {upper}"
         )
-    utilization = Fraction(used, capacity)
+    return crossed(exhausted, used, capacity, high=high, low=low)
+
+
+def crossed(exhausted: bool, used: int, capacity: int, *, high: Fraction, low: Fraction) -> bool:
+    """:func:`next_exhausted` on checked inputs and exact thresholds, in integers: the Subnet
+    aggregate asks on every decision and has validated its configuration once."""
     if not exhausted:
-        return utilization > high
-    return not utilization < low
+        return used * high.denominator > high.numerator * capacity
+    return not used * low.denominator < low.numerator * capacity

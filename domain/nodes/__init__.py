@@ -77,6 +77,7 @@ from fleetledger.domain.nodes.queries import (
     migration_queue,
     needs_migration,
     other_reserved,
+    same_capacity,
 )
 from fleetledger.domain.nodes.snapshot import (
     SNAPSHOT_SCHEMA_VERSION,
@@ -151,6 +152,7 @@ __all__ = [
     "migration_queue",
     "needs_migration",
     "other_reserved",
+    "same_capacity",
     "snapshot",
     "state_from_snapshot",
     "stream_id",

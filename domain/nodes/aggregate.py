@@ -108,6 +108,7 @@ from fleetledger.domain.nodes.model import (
 from fleetledger.domain.nodes.queries import (
     migration_queue,
     needs_migration,
+    same_capacity,
 )
 from fleetledger.domain.units import MILLI_PER_CPU
 
@@ -260,10 +261,9 @@ def _decide_capacity(
     cpu = _amount(command.cpu_milli, "cpu_milli", "give the node's allocatable milli-CPU")
     memory = _amount(command.memory_bytes, "memory_bytes", "give the node's allocatable bytes")
     gpu = _amount(command.gpu, "gpu", "give the node's GPU count")
-    slots = memory // state.config.memory_slot_bytes
-    if (cpu, slots, gpu) == (state.cpu.total, state.memory.total, state.gpu_total):
+    if same_capacity(state, cpu, memory, gpu):
         return []
-    return [NodeCapacityChanged(cpu, slots, gpu, at)]
+    return [NodeCapacityChanged(cpu, memory // state.config.memory_slot_bytes, gpu, at)]
 
 
 def _decide_config(state: NodeState, command: ChangeNodeConfig, at: datetime) -> list[NodeEvent]:

@@ -7,7 +7,7 @@ is byte-identical too whatever order the caller's mapping or the pods arrived in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from fleetledger.domain.nodes.model import (
     NodeConfig,
@@ -33,21 +33,30 @@ def dumpstate(
     *,
     position: int,
     settings: Mapping[str, object] | None = None,
+    dump: Callable[[NodeState], Json] | None = None,
 ) -> Json:
     """The fleet as of log ``position``: ``position``, ``config``, ``nodes``, ``migration_queue``.
 
     ``config`` holds the controller-wide ``settings`` the caller passes (sorted by key) and each
     node's own settings; each entry of ``nodes`` holds that node's resources and pods.
+
+    ``dump``: what :func:`dump_node` (the default) gives for a state, which a caller may have
+    kept from an earlier dump (states are immutable values); its dicts are read, not changed,
+    so the result shares them: treat it as read-only.
     """
     ordered = sorted(nodes, key=lambda state: state.name)
-    dumped = {state.name: dump_node(state) for state in ordered}
+    dump_one = dump_node if dump is None else dump
+    dumped = {state.name: dump_one(state) for state in ordered}
     return {
         "position": position,
         "config": {
             "controller": {key: (settings or {})[key] for key in sorted(settings or {})},
-            "nodes": {name: node.pop("config") for name, node in dumped.items()},
+            "nodes": {name: node["config"] for name, node in dumped.items()},
         },
-        "nodes": dumped,
+        "nodes": {
+            name: {key: value for key, value in node.items() if key != "config"}
+            for name, node in dumped.items()
+        },
         "migration_queue": fleet_migration_queue(ordered),
     }
 

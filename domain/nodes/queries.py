@@ -5,7 +5,7 @@ from __future__ import annotations
 from fleetledger.domain.nodes.model import NodeState, VmPod
 from fleetledger.domain.units import MILLI_PER_CPU
 
-__all__ = ["migration_queue", "needs_migration", "other_reserved"]
+__all__ = ["migration_queue", "needs_migration", "other_reserved", "same_capacity"]
 
 
 def _round_up(value: int, unit: int) -> int:
@@ -17,6 +17,15 @@ def other_reserved(state: NodeState) -> tuple[int, int]:
     slot = state.config.memory_slot_bytes if state.config is not None else 1
     cpu = _round_up(state.other_raw_cpu_milli, MILLI_PER_CPU) * MILLI_PER_CPU
     return cpu, _round_up(state.other_raw_memory_bytes, max(1, slot))
+
+
+def same_capacity(state: NodeState, cpu_milli: int, memory_bytes: int, gpu: int) -> bool:
+    """Whether a present node already has this allocatable capacity, as ``UpdateNodeCapacity``
+    counts it (memory in whole slots): updating it to that decides nothing."""
+    if not state.present or state.config is None:
+        return False
+    slots = memory_bytes // state.config.memory_slot_bytes
+    return (cpu_milli, slots, gpu) == (state.cpu.total, state.memory.total, state.gpu_total)
 
 
 def needs_migration(state: NodeState) -> bool:

@@ -7,6 +7,7 @@ The workload aggregate is exported as a module (``workloads.decide``).
 from __future__ import annotations
 
 from fleetledger.domain.placement import workloads
+from fleetledger.domain.placement.capacity import Capacity
 from fleetledger.domain.placement.model import (
     ANY_GPU,
     STRATEGIES,
@@ -29,6 +30,7 @@ from fleetledger.domain.placement.pack import (
 )
 from fleetledger.domain.placement.planner import (
     plan,
+    plan_on,
 )
 from fleetledger.domain.placement.pools import (
     check_request,
@@ -65,6 +67,7 @@ from fleetledger.domain.placement.workloads import (
 
 __all__ = [
     "ANY_GPU",
+    "Capacity",
     "DEFAULT_SEARCH_STEPS",
     "NewWorker",
     "Packed",
@@ -104,6 +107,7 @@ __all__ = [
     "never_fits",
     "pack_overflow",
     "plan",
+    "plan_on",
     "pool_order",
     "recover",
     "stream_id",

@@ -36,15 +36,14 @@ capability's model.
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_left, insort
-from collections.abc import Iterable, Sequence
-from operator import attrgetter
+from collections.abc import Container, Sequence
 
+from fleetledger.domain.placement.capacity import Capacity
 from fleetledger.domain.placement.model import (
+    PendingWorker,
     PlacementPlan,
     Pool,
     Snapshot,
-    Worker,
     WorkloadRequest,
 )
 from fleetledger.domain.placement.pack import (
@@ -61,93 +60,12 @@ from fleetledger.domain.placement.pools import (
 
 __all__ = [
     "plan",
+    "plan_on",
 ]
 
 
 def _tie_hash(request_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big")
-
-
-class _Tracker:
-    """Free capacity per worker for one batch, each pool's workers sorted by (gpu, cpu, memory)
-    free so the tightest fit is a bisection away."""
-
-    __slots__ = ("cpu", "gpu", "index", "keys", "members", "memory", "pool_of", "workers")
-
-    def __init__(self, workers: Iterable[Worker], pools: Sequence[Pool]) -> None:
-        available = {p.name for p in pools if p.status == "available"}
-        self.workers = sorted(
-            (w for w in workers if w.status == "available" and w.pool in available),
-            key=attrgetter("name"),
-        )
-        self.index: dict[str, int] = {}
-        self.cpu: list[int] = []
-        self.memory: list[int] = []
-        self.gpu: list[int] = []
-        self.pool_of: list[str] = []
-        self.keys: dict[str, list[tuple[int, int, int, int]]] = {p: [] for p in available}
-        # Each spreading pool's workers in name order, listed when first needed.
-        self.members: dict[str, list[int]] = {}
-        for i, w in enumerate(self.workers):
-            # Values come from node states, which never go negative; clamp anyway, since a
-            # negative free amount would let the tracker hand out capacity that is not there.
-            cpu = w.free_cpu_milli if w.free_cpu_milli > 0 else 0
-            memory = w.free_memory_bytes if w.free_memory_bytes > 0 else 0
-            gpu = w.free_gpu if w.free_gpu > 0 else 0
-            self.index[w.name] = i
-            self.cpu.append(cpu)
-            self.memory.append(memory)
-            self.gpu.append(gpu)
-            self.pool_of.append(w.pool)
-            self.keys[w.pool].append((gpu, cpu, memory, i))
-        for keys in self.keys.values():
-            keys.sort()
-
-    def _key(self, i: int) -> tuple[int, int, int, int]:
-        return (self.gpu[i], self.cpu[i], self.memory[i], i)
-
-    def fits(self, i: int, request: WorkloadRequest) -> bool:
-        return (
-            request.gpu <= self.gpu[i]
-            and request.cpu_milli <= self.cpu[i]
-            and request.memory_bytes <= self.memory[i]
-        )
-
-    def tightest(self, pool: str, request: WorkloadRequest, tie: int) -> int | None:
-        """The worker of ``pool`` that ``request`` fits most tightly, or ``None``."""
-        keys = self.keys[pool]
-        gpu, cpu, memory = request.gpu, request.cpu_milli, request.memory_bytes
-        start = bisect_left(keys, (gpu, cpu, memory, -1))
-        for at in range(start, len(keys)):
-            free_gpu, free_cpu, free_memory, _ = keys[at]
-            if free_cpu >= cpu and free_memory >= memory:
-                end = bisect_left(keys, (free_gpu, free_cpu, free_memory + 1), at)
-                return keys[at + tie % (end - at)][3]
-        return None
-
-    def spread(self, pool: str, request: WorkloadRequest, tie: int) -> int | None:
-        """Any worker of ``pool`` that ``request`` fits, chosen by ``tie`` among them in name
-        order (beta9's ``applyWorkerAffinity``), or ``None``."""
-        members = self.members.get(pool)
-        if members is None:
-            members = self.members[pool] = [
-                i for i, name in enumerate(self.pool_of) if name == pool
-            ]
-        gpu, cpu, memory = request.gpu, request.cpu_milli, request.memory_bytes
-        fitting = [
-            i
-            for i in members
-            if gpu <= self.gpu[i] and cpu <= self.cpu[i] and memory <= self.memory[i]
-        ]
-        return fitting[tie % len(fitting)] if fitting else None
-
-    def take(self, i: int, request: WorkloadRequest) -> None:
-        keys = self.keys[self.pool_of[i]]
-        del keys[bisect_left(keys, self._key(i))]
-        self.gpu[i] -= request.gpu
-        self.cpu[i] -= request.cpu_milli
-        self.memory[i] -= request.memory_bytes
-        insort(keys, self._key(i))
 
 
 def _admitted(
@@ -186,67 +104,93 @@ def plan(
     decreasing alone); a negative or non-integer budget is a ``ValueError``.
     """
     check_search_steps(search_steps)
+    return plan_on(
+        requests,
+        Capacity(pools, snapshot.workers),
+        pending=snapshot.pending,
+        retired=snapshot.retired,
+        search_steps=search_steps,
+    )
+
+
+def plan_on(
+    requests: Sequence[WorkloadRequest],
+    capacity: Capacity,
+    *,
+    pending: Sequence[PendingWorker] = (),
+    retired: Container[str] = frozenset(),
+    search_steps: int = DEFAULT_SEARCH_STEPS,
+) -> PlacementPlan:
+    """:func:`plan` on a :class:`Capacity` kept between batches, with the workers still being
+    provisioned (``pending``) and the names never to ask for again (``retired``): the same plan
+    as :func:`plan` on a snapshot of the same workers, for the work of the batch alone (the
+    capacity is as it was when it returns)."""
+    check_search_steps(search_steps)
+    pools = capacity.pools
     ordered, rejected = _admitted(requests, pools)
-    tracker = _Tracker(snapshot.workers, pools)
     by_name = {p.name: p for p in pools}
     spreading = {p.name for p in pools if p.strategy == "spread"}
     placed: dict[str, str] = {}
     reservations: dict[str, list[WorkloadRequest]] = {}
+    with capacity.trial() as tracker:
 
-    def place(i: int, request: WorkloadRequest) -> None:
-        tracker.take(i, request)
-        worker = tracker.workers[i]
-        placed[request.id] = worker.name
-        reservations.setdefault(worker.name, []).append(request)
+        def place(name: str, request: WorkloadRequest) -> None:
+            tracker.take(name, request)
+            placed[request.id] = name
+            reservations.setdefault(name, []).append(request)
 
-    # A joined worker was requested for its waiting workloads: they go on it before anything else.
-    joined = [p for p in snapshot.pending if p.name in tracker.index]
-    owner = {rid: p.name for p in joined for rid in p.request_ids}
-    for request in ordered:
-        name = owner.get(request.id)
-        if name is None:
-            continue
-        i = tracker.index[name]
-        pool = by_name.get(tracker.pool_of[i])
-        if pool is not None and eligible(request, pool) and tracker.fits(i, request):
-            place(i, request)
+        # A joined worker was requested for its waiting workloads: they go on it before
+        # anything else.
+        joined = [p for p in pending if tracker.tracks(p.name)]
+        owner = {rid: p.name for p in joined for rid in p.request_ids}
+        for request in ordered:
+            name = owner.get(request.id)
+            if name is None:
+                continue
+            worker = capacity.get(name)
+            pool = by_name.get(worker.pool) if worker is not None else None
+            if pool is not None and eligible(request, pool) and tracker.fits(name, request):
+                place(name, request)
 
-    orders: dict[tuple[object, ...], tuple[str, ...]] = {}
-    overflow: list[WorkloadRequest] = []
-    for request in ordered:
-        if request.id in placed:
-            continue
-        shape = (request.selector, request.gpu > 0, request.gpu_types, request.preemptible)
-        names = orders.get(shape)
-        if names is None:
-            names = orders[shape] = tuple(p.name for p in pool_order(request, pools))
-        tie = _tie_hash(request.id)
-        spread = request.gpu == 0 and bool(spreading)
-        for pool_name in names:
-            if spread and pool_name in spreading:
-                chosen = tracker.spread(pool_name, request, tie)
+        orders: dict[tuple[object, ...], tuple[str, ...]] = {}
+        overflow: list[WorkloadRequest] = []
+        for request in ordered:
+            if request.id in placed:
+                continue
+            shape = (request.selector, request.gpu > 0, request.gpu_types, request.preemptible)
+            names = orders.get(shape)
+            if names is None:
+                names = orders[shape] = tuple(p.name for p in pool_order(request, pools))
+            tie = _tie_hash(request.id)
+            spread = request.gpu == 0 and bool(spreading)
+            for pool_name in names:
+                if spread and pool_name in spreading:
+                    chosen = tracker.spread(pool_name, request, tie)
+                else:
+                    chosen = tracker.tightest(pool_name, request, tie)
+                if chosen is not None:
+                    place(chosen, request)
+                    break
             else:
-                chosen = tracker.tightest(pool_name, request, tie)
-            if chosen is not None:
-                place(chosen, request)
-                break
-        else:
-            overflow.append(request)
-
-    still_pending = [p for p in snapshot.pending if p.name not in tracker.index]
+                overflow.append(request)
+        still_pending = [p for p in pending if not tracker.tracks(p.name)]
     packed = (
-        pack_overflow(
-            overflow, pools, still_pending, search_steps=search_steps, retired=snapshot.retired
-        )
+        pack_overflow(overflow, pools, still_pending, search_steps=search_steps, retired=retired)
         if overflow
         else None
     )
     return PlacementPlan(
         placed=placed,
         reservations={node: tuple(placed) for node, placed in reservations.items()},
-        versions={node: tracker.workers[tracker.index[node]].version for node in reservations},
+        versions={node: _version(capacity, node) for node in reservations},
         waiting=packed.waiting if packed else {},
         provisions=packed.provisions if packed else (),
         rejected=rejected,
         optimality_gap=packed.optimality_gap if packed else 0,
     )
+
+
+def _version(capacity: Capacity, node: str) -> int:
+    worker = capacity.get(node)
+    assert worker is not None  # a worker the batch placed on is in the capacity
+    return worker.version

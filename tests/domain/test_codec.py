@@ -27,6 +27,7 @@ from fleetledger.domain.codec import (
     to_data,
 )
 from fleetledger.domain.machines import BatchMachine, BatchSealed, MachineFailed, MachineRequested
+from fleetledger.domain.nodes import Bounds, VmPodReserved
 from fleetledger.domain.template import MachineTemplate, template_hash
 
 T0 = datetime(2025, 1, 1, 12, 30, 15, 123456, tzinfo=UTC)
@@ -256,6 +257,52 @@ class TestRoundTrip:
         )
         _, _, data = to_data(event)
         assert data["at"] == "2025-01-01T12:30:15.123456+00:00"
+
+
+class TestFastDecoding:
+    """The fast path of from_data: what it takes, and what it leaves to the generic decoders."""
+
+    @settings(max_examples=300, deadline=None)
+    @given(any_registered_event())
+    def test_every_event_s_own_data_takes_the_fast_path(self, event: Any) -> None:
+        """What to_data writes decodes on the fast path, to an equal event of the same class."""
+        name, _, data = to_data(event)
+        decoded = codec._BY_NAME[name].fast(json.loads(json.dumps(data)))
+        assert decoded is not codec._SLOW
+        assert type(decoded) is type(event)
+        assert decoded == event
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"extra": 1},
+            {"code": "meltdown"},
+            {"retryable": 1},
+            {"retry_after_seconds": True},
+            {"at": "2025-01-01T00:00:00"},
+            {"at": "yesterday"},
+            {"message": 5},
+        ],
+    )
+    def test_data_it_does_not_take_is_left_to_the_generic_decoders(
+        self, change: dict[str, object]
+    ) -> None:
+        """Anything off the exact shape comes back as _SLOW, for from_data to refuse."""
+        event = MachineFailed("b", "r", "m", "throttled", "slow down", True, 2.5, T0)
+        data = {**to_data(event)[2], **change}
+        assert codec._BY_NAME["vm.MachineFailed"].fast(data) is codec._SLOW
+        with pytest.raises(CodecError):
+            from_data("vm.MachineFailed", 1, data)
+
+    def test_a_field_left_to_its_default_still_decodes(self) -> None:
+        """Data without an optional field leaves the fast path and decodes with the default."""
+        bounds = Bounds(250, 500, 1000)
+        _, _, data = to_data(VmPodReserved("vm-1", bounds, bounds, 0, 500, 500, False, T0))
+        del data["scaling_enabled"]
+        assert codec._BY_NAME["nodes.VmPodReserved"].fast(data) is codec._SLOW
+        decoded = from_data("nodes.VmPodReserved", 1, data)
+        assert isinstance(decoded, VmPodReserved)
+        assert decoded.scaling_enabled is True
 
 
 class TestStrictDecoding:

@@ -89,3 +89,21 @@ class TestLibpqConninfo:
         url = "postgresql://app:p%40ss%3Aw%2Frd@db/log"
 
         assert conninfo_to_dict(libpq_conninfo(url))["password"] == "p@ss:w/rd"
+
+
+class TestSqliteDurability:
+    def _synchronous(self, tmp_path: Path, **options: bool) -> int:
+        engine = make_engine(f"sqlite:///{tmp_path / 'log.db'}", **options)
+        try:
+            with engine.connect() as conn:
+                return int(conn.exec_driver_sql("PRAGMA synchronous").scalar_one())
+        finally:
+            engine.dispose()
+
+    def test_a_commit_reaches_the_disk_before_it_is_acknowledged(self, tmp_path: Path) -> None:
+        """The default: synchronous=FULL (2), an acknowledged append survives power loss."""
+        assert self._synchronous(tmp_path) == 2
+
+    def test_a_scratch_log_skips_the_fsync_per_commit(self, tmp_path: Path) -> None:
+        """durable=False: synchronous=NORMAL (1), which in WAL mode survives a process crash."""
+        assert self._synchronous(tmp_path, durable=False) == 1

@@ -8,6 +8,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -201,7 +202,7 @@ class TestSettings:
             ({"pool_timeout": 0}, "pool_timeout must be"),
         ],
     )
-    def test_bad_settings_say_what_to_fix(self, settings: dict[str, float], words: str) -> None:
+    def test_bad_settings_say_what_to_fix(self, settings: dict[str, Any], words: str) -> None:
         """Each setting is checked when the engine is made, naming the one to fix."""
         with pytest.raises(ValueError, match=words):
             make_engine("postgresql://db/log", **settings)

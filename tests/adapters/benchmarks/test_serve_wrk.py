@@ -4,17 +4,62 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
 
-from fleetledger.adapters.benchmarks.serve_wrk import run_serve_wrk_bench
+from fleetledger.adapters.benchmarks.serve_wrk import follow_outcomes, run_serve_wrk_bench
+from fleetledger.eventstore import EventStore, NewEvent
 
-pytestmark = pytest.mark.skipif(
+needs_wrk = pytest.mark.skipif(
     shutil.which("wrk") is None,
     reason="wrk is not installed (apt-get install wrk; .ci/run installs it)",
 )
 
 
+def log_run(store: EventStore, prefix: str, requests: int, *, outcomes: bool = True) -> None:
+    """A run's requests as serve logs them, each with its outcome, and a seal between."""
+    ids = [f"{prefix}{n}" for n in range(requests)]
+    store.append(
+        "vmgrouper-default", [NewEvent("vm.MachineRequested", {"request_id": r}) for r in ids]
+    )
+    store.append("vmgrouper-default", [NewEvent("vm.BatchSealed", {"request_ids": ids})])
+    if outcomes:
+        created = [NewEvent("vm.MachineCreated", {"request_id": r}) for r in ids]
+        store.append(f"vmbatch-default-{prefix}", created)
+
+
+class TestFollowOutcomes:
+    def test_a_run_reads_its_own_requests_and_outcomes_only(self, store: EventStore) -> None:
+        """Earlier runs' events are not read again, nor other types: what following a run
+        costs does not grow with the runs before it."""
+        log_run(store, "wrk-1-", 300)
+        start = store.head()
+        log_run(store, "wrk-2-", 20)
+
+        followed = follow_outcomes(
+            store, prefix="wrk-2-", after=start, accepted=20, since=time.monotonic(), deadline=5
+        )
+
+        assert (followed.logged, followed.with_outcome, followed.events_read) == (20, 20, 40)
+        assert followed.seconds_to_see is not None
+        [last] = store.read_all(after=store.head() - 1)
+        assert followed.last_outcome_at == last.recorded_at.timestamp()
+
+    def test_a_request_without_an_outcome_is_reported_past_the_deadline(
+        self, store: EventStore
+    ) -> None:
+        """Requests logged without outcomes: counted, and no time to all outcomes."""
+        log_run(store, "wrk-1-", 3, outcomes=False)
+
+        followed = follow_outcomes(
+            store, prefix="wrk-1-", after=0, accepted=3, since=time.monotonic(), deadline=0
+        )
+
+        assert (followed.logged, followed.with_outcome, followed.seconds_to_see) == (3, 0, None)
+
+
+@needs_wrk
 class TestBenchServeWrk:
     def test_a_short_run_follows_every_accepted_post_to_its_outcome(
         self, postgres_url: str
@@ -30,6 +75,10 @@ class TestBenchServeWrk:
         # wrk may stop before reading the last answers: those requests are logged too.
         assert figures["with_outcome"] == figures["logged"] >= figures["accepted"]
         assert figures["seconds_to_all_outcomes"] is not None
+        assert figures["seconds_to_see_outcomes"] is not None
+        assert (
+            figures["server_cpu_ms_per_machine"] is None or figures["server_cpu_ms_per_machine"] > 0
+        )
         latency = figures["latency_ms"]
         assert 0 < latency["p50"] <= latency["p99"] <= latency["p99.9"] <= latency["max"]
         assert "0 lost (must be 0)" in report.render()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cluster import FakeCluster
-from fleetledger.adapters.nodes import FakeMigrations, NodesRuntime, migration_reactor
+from fleetledger.adapters.nodes import FakeMigrations, NodeService, NodesRuntime, migration_reactor
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
 from fleetledger.adapters.runtime.reactors import Reactors
 from fleetledger.domain.nodes import StartupRule
 from fleetledger.eventstore import EventStore
-from fleetledger.projections.nodes import NodesProjection
+from fleetledger.projections.nodes import NodesProjection, dump_json, dumpstate_at
 
-from .support import CONFIG, EPOCH, cluster, manual_runtime, node, vm_pod
+from .support import CONFIG, EPOCH, CountingStore, cluster, manual_runtime, node, vm_pod
 
 
 def _restarted(
@@ -118,6 +118,66 @@ class TestReadModel:
         folded = NodesProjection()
         folded.catch_up(postgres_store)
         assert folded.states() == live
+
+
+class TestDump:
+    def test_a_dump_after_changes_equals_a_replay(self, store: EventStore) -> None:
+        """The live dump redoes only changed nodes, and is still what a replay of the log to
+        the same position gives, byte for byte."""
+        fleet = cluster(node("n1"), node("n2"), pods=(vm_pod("a", "n1"), vm_pod("b", "n2")))
+        runtime = manual_runtime(store, fleet)
+        first = runtime.dump()
+        runtime.service.request_resources("a", cpu_milli=3000, memory_slots=2)
+        second = runtime.dump()
+        assert first["nodes"] != second["nodes"]
+        for dump in (first, second):
+            position = dump["position"]
+            assert isinstance(position, int)
+            assert dump_json(dump) == dump_json(dumpstate_at(store, position))
+
+
+class TestStart:
+    def test_the_node_streams_start_from_the_read_model(self, store: EventStore) -> None:
+        """A restarted process reads the log once: no node stream is read back, and each is
+        hosted with the state and version its own load would give."""
+        fleet = cluster(node("n1"), node("n2"), pods=(vm_pod("a", "n1"), vm_pod("b", "n2")))
+        first = manual_runtime(store, fleet, snapshot_every=3)
+        for cpu in (3000, 1000, 4000, 2000):
+            first.service.request_resources("a", cpu_milli=cpu, memory_slots=2)
+        first.stop()
+        counting = CountingStore(store)
+        second = NodesRuntime(
+            counting,  # type: ignore[arg-type]
+            fleet,
+            clock=ManualClock(EPOCH),
+            config=CONFIG,
+            threads=False,
+            leadership=Leadership(counting, MemoryLease({}, holder="p2"), clock=ManualClock(EPOCH)),  # type: ignore[arg-type]
+            manage_leadership=False,
+        ).start()
+        assert counting.stream_reads == 0
+        assert second.service.logged_nodes() == ["n1", "n2"]
+        for name in ("n1", "n2"):
+            loaded = NodeService(store, clock=ManualClock(EPOCH)).stream(name)
+            hosted = second.service.stream(name)
+            assert (hosted.state, hosted.version, hosted.last_event_id) == (
+                loaded.state,
+                loaded.version,
+                loaded.last_event_id,
+            )
+        assert second.service.node_of("a") == "n1"
+
+    def test_a_stream_started_from_the_read_model_appends_after_it(self, store: EventStore) -> None:
+        """The first decision of a restarted process continues each stream's versions."""
+        fleet = cluster(node("n1"), pods=(vm_pod("a", "n1"),))
+        first = manual_runtime(store, fleet)
+        first.service.request_resources("a", cpu_milli=3000, memory_slots=2)
+        first.stop()
+        second = _restarted(store, fleet)
+        second.service.request_resources("a", cpu_milli=2000, memory_slots=2)
+        versions = [r.stream_version for r in store.read_stream("node-n1")]
+        assert versions == list(range(1, len(versions) + 1))
+        assert second.service.stream("n1").version == len(versions)
 
 
 class TestMigrations:

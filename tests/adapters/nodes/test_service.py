@@ -14,13 +14,14 @@ from fleetledger.adapters.nodes import (
     NodeService,
     NodesRuntime,
     RequestRefused,
+    ResourceRequest,
     UnknownPod,
 )
 from fleetledger.domain import nodes
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.nodes import NodesProjection
 
-from .support import EPOCH, cluster, manual_runtime, node, vm_pod
+from .support import EPOCH, CountingStore, cluster, manual_runtime, node, vm_pod
 
 
 @pytest.fixture
@@ -96,6 +97,43 @@ class TestRequestResources:
         runtime = manual_runtime(store, fleet)
         with pytest.raises(RequestRefused, match="scaling is disabled"):
             runtime.service.request_resources("fixed", cpu_milli=3000, memory_slots=2)
+
+
+class TestRequestResourcesEach:
+    def test_each_agent_gets_what_its_own_request_would(self, runtime: NodesRuntime) -> None:
+        """Grants for the known pods, the error for the unknown one, in the order asked."""
+        answers = runtime.service.request_resources_each(
+            [
+                ResourceRequest(pod="a", cpu_milli=3000, memory_slots=3),
+                ResourceRequest(pod="ghost", cpu_milli=1000, memory_slots=1),
+                ResourceRequest(pod="b", cpu_milli=2000, memory_slots=2),
+            ]
+        )
+
+        a, ghost, b = answers
+        assert isinstance(ghost, UnknownPod)
+        assert not isinstance(a, Exception) and not isinstance(b, Exception)
+        assert [(g.pod, g.node, g.cpu_milli) for g in (a, b)] == [
+            ("a", "n1", 3000),
+            ("b", "n2", 2000),
+        ]
+        assert runtime.service.stream("n2").state.vm_pods["b"].cpu.reserved == 2000
+
+    def test_many_nodes_share_one_commit(self, store: EventStore) -> None:
+        pods = tuple(vm_pod(f"p{n}", f"n{n}") for n in range(20))
+        counting = CountingStore(store)
+        runtime = manual_runtime(
+            counting,  # type: ignore[arg-type]
+            cluster(*(node(f"n{n}") for n in range(20)), pods=pods),
+        )
+        before = counting.commits
+
+        answers = runtime.service.request_resources_each(
+            [ResourceRequest(pod=f"p{n}", cpu_milli=2000, memory_slots=2) for n in range(20)]
+        )
+
+        assert counting.commits - before == 1
+        assert not any(isinstance(a, Exception) for a in answers)
 
 
 class TestBatching:

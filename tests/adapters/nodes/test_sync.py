@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetledger.adapters.cluster import FakeCluster, Node, PodSpec
-from fleetledger.adapters.nodes import NodesRuntime
+from fleetledger.adapters.nodes import NodesRuntime, SyncReport
 from fleetledger.adapters.nodes.specs import (
     CPU_ANNOTATION,
     MEMORY_ANNOTATION,
@@ -13,7 +13,7 @@ from fleetledger.adapters.nodes.specs import (
 )
 from fleetledger.eventstore import EventStore
 
-from .support import cluster, manual_runtime, node, vm_pod
+from .support import CountingStore, cluster, manual_runtime, node, vm_pod
 
 
 def _fleet(runtime: NodesRuntime) -> FakeCluster:
@@ -170,3 +170,79 @@ class TestVmSettings:
         odd = PodSpec("odd", node="n1", annotations={**readable, SCALING_ANNOTATION: "maybe"})
         runtime = manual_runtime(store, cluster(node("n1"), pods=(odd, vm_pod("ok", "n1"))))
         assert set(runtime.service.stream("n1").state.vm_pods) == {"ok"}
+
+
+def _counted(store: EventStore, fleet: FakeCluster) -> tuple[NodesRuntime, CountingStore]:
+    counting = CountingStore(store)
+    return manual_runtime(counting, fleet), counting  # type: ignore[arg-type]
+
+
+def _many(count: int) -> FakeCluster:
+    names = [f"n{n:02d}" for n in range(count)]
+    return cluster(
+        *(node(name) for name in names),
+        pods=tuple(vm_pod(f"vm-{name}", name) for name in names),
+    )
+
+
+class TestPassCost:
+    def test_a_take_over_of_many_nodes_commits_a_few_times(self, store: EventStore) -> None:
+        """Joining and restarting 30 nodes goes in shared commits (the joins, the restarts),
+        not one per node."""
+        runtime, counting = _counted(store, _many(30))
+        assert counting.commits == 2
+        assert runtime.last_restart is not None
+        assert runtime.last_restart.nodes_restarted == 30
+        assert all(len(state.vm_pods) == 1 for state in runtime.service.hosted().values())
+
+    def test_a_pass_over_unchanged_nodes_commits_nothing(self, store: EventStore) -> None:
+        """Nodes whose cluster view equals their state get no command: nothing is decided,
+        appended or committed."""
+        runtime, counting = _counted(store, _many(30))
+        head, commits = store.head(), counting.commits
+        report = runtime.step()
+        assert (store.head(), counting.commits) == (head, commits)
+        assert report == SyncReport()
+
+    def test_a_pass_over_changed_nodes_commits_once(self, store: EventStore) -> None:
+        """Thirty nodes with a new pod each: their reservations share one commit."""
+        runtime, counting = _counted(store, _many(30))
+        fleet = _fleet(runtime)
+        for name in runtime.service.hosted():
+            fleet.create_pod(PodSpec(f"web-{name}", node=name, cpu_millis=100, memory_mib=64))
+        commits = counting.commits
+        report = runtime.step()
+        assert (counting.commits - commits, report.pods_reserved) == (1, 30)
+
+    def test_a_resized_node_alone_is_updated(self, store: EventStore) -> None:
+        """Only the node whose capacity changed is sent a command; the others' streams do not
+        move."""
+        runtime, _ = _counted(store, _many(3))
+        versions = {name: runtime.service.stream(name).version for name in ("n00", "n02")}
+        _fleet(runtime).add_node(node("n01", cpus=16))
+        head = store.head()
+        runtime.step()
+        assert store.head() == head + 1
+        assert runtime.service.stream("n01").state.cpu.total == 16000
+        assert {name: runtime.service.stream(name).version for name in versions} == versions
+
+    def test_a_refused_command_is_dropped_and_the_node_sent_the_rest(
+        self, store: EventStore
+    ) -> None:
+        """One node refusing a pod of a shared pass: that pod is reported, the node's other
+        pods go in the next round, and the other nodes' commands are not held back."""
+        runtime, counting = _counted(store, _many(3))
+        fleet = _fleet(runtime)
+        fleet.create_pod(
+            PodSpec(
+                "bad", node="n01", annotations={CPU_ANNOTATION: "9,1,5", MEMORY_ANNOTATION: "1,1,1"}
+            )
+        )
+        fleet.create_pod(vm_pod("good", "n01"))
+        fleet.create_pod(vm_pod("other", "n02"))
+        commits = counting.commits
+        report = runtime.step()
+        assert [reason for reason in report.skipped if "bad" in reason]
+        assert set(runtime.service.stream("n01").state.vm_pods) == {"vm-n01", "good"}
+        assert set(runtime.service.stream("n02").state.vm_pods) == {"vm-n02", "other"}
+        assert (counting.commits - commits, report.pods_reserved) == (2, 2)
