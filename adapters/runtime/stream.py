@@ -242,7 +242,7 @@ class _StreamBatcher:
                     self._draining = False
                     return
             try:
-                self._round(streams)
+                _shared_round(self._store, streams)
             finally:
                 # Once every stream of the round has passed its leadership on: an observer
                 # that executes on one of them, or on any stream waiting for the next round,
@@ -250,31 +250,32 @@ class _StreamBatcher:
                 for stream in streams:
                     stream._announce()
 
-    def _round(self, streams: list[HostedStream[Any, Any, Any]]) -> None:
-        """Decide, commit and conclude the queued groups of ``streams`` (observers are told by
-        the caller once every stream of the round has passed its leadership on)."""
-        begun: list[tuple[HostedStream[Any, Any, Any], _Prepared[Any, Any, Any]]] = []
-        for stream in streams:
-            try:
-                prepared = stream._begin_shared()
-            except Exception as e:
-                # Its submissions have their error and the stream was released; the rest go on.
-                log.debug("a group could not be decided", stream=stream.stream_id, error=str(e))
-                continue
-            if prepared is not None:
-                begun.append((stream, prepared))
-        outcomes: list[_Outcome] = [None] * len(begun)
-        if len(begun) > 1:
-            try:
-                outcomes = list(self._store.append_each([p.appends for _, p in begun]))
-            except Exception as e:
-                # Not a per-group outcome: each group is appended alone below instead.
-                log.warning("a shared commit failed; appending its groups one by one", error=str(e))
-        for (stream, prepared), outcome in zip(begun, outcomes, strict=True):
-            try:
-                stream._end_shared(prepared, outcome)
-            except Exception as e:
-                log.debug("a group failed", stream=stream.stream_id, error=str(e))
+
+def _shared_round(store: EventStore, streams: Sequence[HostedStream[Any, Any, Any]]) -> None:
+    """Decide, commit and conclude the queued groups of ``streams`` (observers are told by
+    the caller once every stream of the round has passed its leadership on)."""
+    begun: list[tuple[HostedStream[Any, Any, Any], _Prepared[Any, Any, Any]]] = []
+    for stream in streams:
+        try:
+            prepared = stream._begin_shared()
+        except Exception as e:
+            # Its submissions have their error and the stream was released; the rest go on.
+            log.debug("a group could not be decided", stream=stream.stream_id, error=str(e))
+            continue
+        if prepared is not None:
+            begun.append((stream, prepared))
+    outcomes: list[_Outcome] = [None] * len(begun)
+    if len(begun) > 1:
+        try:
+            outcomes = list(store.append_each([p.appends for _, p in begun]))
+        except Exception as e:
+            # Not a per-group outcome: each group is appended alone below instead.
+            log.warning("a shared commit failed; appending its groups one by one", error=str(e))
+    for (stream, prepared), outcome in zip(begun, outcomes, strict=True):
+        try:
+            stream._end_shared(prepared, outcome)
+        except Exception as e:
+            log.debug("a group failed", stream=stream.stream_id, error=str(e))
 
 
 _BATCHERS: weakref.WeakKeyDictionary[EventStore, _StreamBatcher] = weakref.WeakKeyDictionary()
@@ -936,26 +937,8 @@ def _execute_round(
         mine.append((place, submission))
     streams = list(led.values())
     try:
-        begun: list[tuple[HostedStream[Any, Any, Any], _Prepared[Any, Any, Any]]] = []
-        for stream in streams:
-            try:
-                prepared = stream._begin_shared()
-            except Exception as e:
-                log.debug("a group could not be decided", stream=stream.stream_id, error=str(e))
-                continue
-            if prepared is not None:
-                begun.append((stream, prepared))
-        outcomes: list[_Outcome] = [None] * len(begun)
-        if len(begun) > 1:
-            try:
-                outcomes = list(streams[0].store.append_each([p.appends for _, p in begun]))
-            except Exception as e:
-                log.warning("a shared commit failed; appending its groups one by one", error=str(e))
-        for (stream, prepared), outcome in zip(begun, outcomes, strict=True):
-            try:
-                stream._end_shared(prepared, outcome)
-            except Exception as e:
-                log.debug("a group failed", stream=stream.stream_id, error=str(e))
+        if streams:
+            _shared_round(streams[0].store, streams)
     finally:
         for stream in streams:
             stream._announce()
