@@ -3,8 +3,6 @@ its own (its causation id, its refusal), as recording them one by one did."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
 from fleetledger.adapters.clock import ManualClock
@@ -16,34 +14,12 @@ from fleetledger.adapters.ipam import (
     SubnetService,
 )
 from fleetledger.domain import ipam
-from fleetledger.eventstore import AppendResult, EventStore, StreamAppend
+from fleetledger.eventstore import EventStore
+from tests.counting_store import CountingStore
 
 from .support import EPOCH, SUBNET, allocator, assert_consistent
 
 NODES = tuple(f"node-{i:03d}" for i in range(120))
-
-
-class CountingStore:
-    """The real store, counting the commits its callers make."""
-
-    def __init__(self, inner: EventStore) -> None:
-        self._inner = inner
-        self.commits = 0
-
-    def append(self, *args: object, **kwargs: object) -> object:
-        self.commits += 1
-        return self._inner.append(*args, **kwargs)  # type: ignore[arg-type]
-
-    def append_many(self, appends: list[StreamAppend]) -> list[AppendResult]:
-        self.commits += 1
-        return self._inner.append_many(appends)
-
-    def append_each(self, transactions: Sequence[Sequence[StreamAppend]]) -> object:
-        self.commits += 1
-        return self._inner.append_each(transactions)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._inner, name)
 
 
 def runtime_on(store: object, fake: InMemoryAllocator) -> IpamRuntime:

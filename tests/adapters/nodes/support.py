@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cluster import FakeCluster, Node, PodSpec
 from fleetledger.adapters.nodes import FakeMigrations, NodesRuntime, vm_annotations
 from fleetledger.domain.nodes import Bounds, ComputeUnit, NodeConfig
-from fleetledger.eventstore import EventStore, RecordedEvent, StreamAppend
+from fleetledger.eventstore import EventStore
 
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 GIB_MIB = 1024
@@ -68,31 +67,3 @@ def manual_runtime(
         threads=False,
         snapshot_every=snapshot_every,
     ).start()
-
-
-class CountingStore:
-    """The real store, counting the commits its callers make and the streams they read back."""
-
-    def __init__(self, inner: EventStore) -> None:
-        self._inner = inner
-        self.commits = 0
-        self.stream_reads = 0
-
-    def append_many(self, appends: list[StreamAppend]) -> object:
-        self.commits += 1
-        return self._inner.append_many(appends)
-
-    def append_each(self, transactions: Sequence[Sequence[StreamAppend]]) -> object:
-        self.commits += 1
-        return self._inner.append_each(transactions)
-
-    def read_stream(self, stream_id: str, **options: object) -> list[RecordedEvent]:
-        self.stream_reads += 1
-        return self._inner.read_stream(stream_id, **options)  # type: ignore[arg-type]
-
-    def load_snapshot(self, stream_id: str) -> object:
-        self.stream_reads += 1
-        return self._inner.load_snapshot(stream_id)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._inner, name)

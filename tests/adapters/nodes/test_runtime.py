@@ -10,8 +10,9 @@ from fleetledger.adapters.runtime.reactors import Reactors
 from fleetledger.domain.nodes import StartupRule
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.nodes import NodesProjection, dump_json, dumpstate_at
+from tests.counting_store import CountingStore
 
-from .support import CONFIG, EPOCH, CountingStore, cluster, manual_runtime, node, vm_pod
+from .support import CONFIG, EPOCH, cluster, manual_runtime, node, vm_pod
 
 
 def _restarted(

@@ -20,8 +20,9 @@ from fleetledger.adapters.nodes import (
 from fleetledger.domain import nodes
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.nodes import NodesProjection
+from tests.counting_store import CountingStore
 
-from .support import EPOCH, CountingStore, cluster, manual_runtime, node, vm_pod
+from .support import EPOCH, cluster, manual_runtime, node, vm_pod
 
 
 @pytest.fixture

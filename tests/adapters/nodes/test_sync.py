@@ -12,8 +12,9 @@ from fleetledger.adapters.nodes.specs import (
     SCALING_ANNOTATION,
 )
 from fleetledger.eventstore import EventStore
+from tests.counting_store import CountingStore
 
-from .support import CountingStore, cluster, manual_runtime, node, vm_pod
+from .support import cluster, manual_runtime, node, vm_pod
 
 
 def _fleet(runtime: NodesRuntime) -> FakeCluster:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.runtime import CommandRefused, HostedStream, execute_each
-from fleetledger.eventstore import AppendResult, EventStore, StreamAppend
+from fleetledger.eventstore import EventStore
+from tests.counting_store import CountingStore
 
 from .test_example_aggregate import COUNTER, EPOCH, Command, Counter, Event, Increment
 
@@ -15,25 +14,6 @@ Hosted = HostedStream[Counter, Command, Event]
 
 def plan(request_id: str, by: int = 1) -> object:
     return lambda at: [(Increment(request_id, by, at), request_id)]
-
-
-class CountingStore:
-    """The real store, counting the commits its callers make."""
-
-    def __init__(self, inner: EventStore) -> None:
-        self._inner = inner
-        self.commits = 0
-
-    def append_many(self, appends: list[StreamAppend]) -> list[AppendResult]:
-        self.commits += 1
-        return self._inner.append_many(appends)
-
-    def append_each(self, transactions: Sequence[Sequence[StreamAppend]]) -> object:
-        self.commits += 1
-        return self._inner.append_each(transactions)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._inner, name)
 
 
 def streams(store: object, count: int) -> list[Hosted]:
