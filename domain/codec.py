@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 from fleetledger.domain import ipam
+from fleetledger.domain.frozen import positional
 from fleetledger.domain.leadership import LeaderElected
 from fleetledger.domain.machines import (
     BatchCompleted,
@@ -496,11 +497,12 @@ def _dataclass_decoder(cls: type) -> _Decode:
 # per field): most of the time a million-event replay spent in the read models
 # (``fleetledger bench replay``). So each registered event also gets a decoder written out as
 # Python source for its fields, the way ``dataclasses`` writes ``__init__``: every check inline,
-# and the object built by writing its slots directly. It is only a fast path: it takes data with
-# exactly the event's fields, each of exactly the type JSON gives, and returns _SLOW for anything
-# else (a missing, unknown or optional field left out, a value of another type, a time that does
-# not parse), which the decoders above then decode or refuse with their usual message. Both accept
-# the same values and build equal objects (tests/domain/test_codec.py checks every event).
+# and the object built by writing its slots (see fleetledger.domain.frozen). It is only a fast
+# path: it takes data with exactly the event's fields, each of exactly the type JSON gives, and
+# returns _SLOW for anything else (a missing, unknown or optional field left out, a value of
+# another type, a time that does not parse), which the decoders above then decode or refuse with
+# their usual message. Both accept the same values and build equal objects
+# (tests/domain/test_codec.py checks every event).
 
 _SLOW: Final = object()
 """What a fast decoder returns for data it leaves to the decoders above."""
@@ -525,7 +527,7 @@ class _FastSource:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.names: dict[str, object] = {"_SLOW": _SLOW, "_new": object.__new__}
+        self.names: dict[str, object] = {"_SLOW": _SLOW}
         self._count = 0
 
     def fresh(self, stem: str) -> str:
@@ -552,7 +554,7 @@ def _emit_value(src: _FastSource, tp: object, raw: str, out: str, indent: int) -
     elif inner in (str, int, bool, float) or typing.get_origin(inner) is typing.Literal:
         _emit_scalar(src, inner, raw, out, indent)
     elif inner is datetime:
-        _emit_call(src, src.refer(_fast_time, "time"), raw, out, indent)
+        _emit_time(src, raw, out, indent)
     elif typing.get_origin(inner) in (tuple, Mapping, dict):
         _emit_container(src, inner, raw, out, indent)
     elif isinstance(inner, type) and hasattr(inner, "to_data") and hasattr(inner, "from_data"):
@@ -591,8 +593,36 @@ def _emit_scalar(src: _FastSource, tp: object, raw: str, out: str, indent: int) 
     src.emit(indent, f"{out} = {raw}")
 
 
+# The types whose decoded value is the JSON value itself, when it is of exactly that type (an
+# int field refuses a bool).
+_AS_IN_JSON = (str, int, bool)
+
+
+def _only(src: _FastSource, tp: type) -> str:
+    """A name for a test that an iterable of types holds ``tp`` alone (nothing else)."""
+    return src.refer(frozenset((tp,)).issuperset, f"only_{tp.__name__}")
+
+
 def _emit_container(src: _FastSource, tp: object, raw: str, out: str, indent: int) -> None:
     args = typing.get_args(tp)
+    # A container of values JSON holds as they are (IP addresses, request ids) is checked by
+    # type in one pass over ``map(type, ...)``, in C, and copied whole: a line per item cost a
+    # subnet's or a batch's events more than all their other fields.
+    if typing.get_origin(tp) is not tuple and args and args[0] is str and args[1] in _AS_IN_JSON:
+        src.emit(
+            indent,
+            f"if type({raw}) is not dict or not {_only(src, str)}(map(type, {raw})) "
+            f"or not {_only(src, args[1])}(map(type, {raw}.values())):",
+        )
+        src.emit(indent + 1, "return _SLOW")
+        src.emit(indent, f"{out} = dict({raw})")
+        return
+    if len(args) == 2 and args[1] is Ellipsis and args[0] in _AS_IN_JSON:
+        only = _only(src, args[0])
+        src.emit(indent, f"if type({raw}) is not list or not {only}(map(type, {raw})):")
+        src.emit(indent + 1, "return _SLOW")
+        src.emit(indent, f"{out} = tuple({raw})")
+        return
     if typing.get_origin(tp) is not tuple:  # Mapping[str, X]
         if not args or args[0] is not str:
             raise CodecError(f"unsupported field type {tp!r}")
@@ -626,6 +656,21 @@ def _emit_container(src: _FastSource, tp: object, raw: str, out: str, indent: in
         src.emit(indent, f"{out} = ({''.join(f'{part}, ' for part in parts)})")
 
 
+def _emit_time(src: _FastSource, raw: str, out: str, indent: int) -> None:
+    # Nearly every stored time is written in UTC, which fromisoformat returns with the UTC
+    # singleton: that case inline (most events carry a time, and a call per event shows in a
+    # replay), any other offset through _fast_time.
+    parse, utc = src.refer(datetime.fromisoformat, "parse"), src.refer(UTC, "utc")
+    src.emit(indent, f"if type({raw}) is not str:")
+    src.emit(indent + 1, "return _SLOW")
+    src.emit(indent, "try:")
+    src.emit(indent + 1, f"{out} = {parse}({raw})")
+    src.emit(indent, "except ValueError:")
+    src.emit(indent + 1, "return _SLOW")
+    src.emit(indent, f"if {out}.tzinfo is not {utc}:")
+    _emit_call(src, src.refer(_fast_time, "time"), raw, out, indent + 1)
+
+
 def _emit_call(src: _FastSource, decode: str, raw: str, out: str, indent: int) -> None:
     src.emit(indent, f"{out} = {decode}({raw})")
     src.emit(indent, f"if {out} is _SLOW:")
@@ -633,6 +678,14 @@ def _emit_call(src: _FastSource, decode: str, raw: str, out: str, indent: int) -
 
 
 _FAST_BY_CLASS: dict[type, _Decode] = {}
+
+
+def _positional_or_none(cls: type) -> Callable[..., object] | None:
+    """The constructor of ``cls`` writing its slots, or ``None``: such a class is called."""
+    try:
+        return positional(cls)
+    except TypeError:
+        return None
 
 
 def _fast_dataclass(cls: type) -> _Decode:
@@ -656,40 +709,16 @@ def _fast_dataclass(cls: type) -> _Decode:
     values = [src.fresh("value") for _ in fields]
     for raw, value, f in zip(raws, values, fields, strict=True):
         _emit_value(src, hints[f.name], raw, value, 1)
-    cls_name = src.refer(cls, "cls")
-    slots = _slot_setters(cls)
-    if slots is None:
+    build = _positional_or_none(cls) if all(f.init for f in fields) else None
+    if build is None:
         arguments = ", ".join(f"{f.name}={v}" for f, v in zip(fields, values, strict=True))
-        src.emit(1, f"return {cls_name}({arguments})")
+        src.emit(1, f"return {src.refer(cls, 'cls')}({arguments})")
     else:
-        src.emit(1, f"built = _new({cls_name})")
-        for value, setter in zip(values, slots, strict=True):
-            src.emit(1, f"{src.refer(setter, 'set')}(built, {value})")
-        src.emit(1, "return built")
+        src.emit(1, f"return {src.refer(build, 'build')}({', '.join(values)})")
     exec("\n".join(src.lines), src.names)
     decode = typing.cast(_Decode, src.names["decode"])
     _FAST_BY_CLASS[cls] = decode
     return decode
-
-
-def _slot_setters(cls: type) -> list[Callable[[object, object], None]] | None:
-    """The ``__set__`` of each field's slot, when building ``cls`` by writing them is what its
-    ``__init__`` does: the ``__init__`` dataclasses wrote (no ``__post_init__`` to run) and a
-    slot per field. ``None`` otherwise: such a class is built by calling it."""
-    init = cls.__dict__.get("__init__")
-    if (
-        init is None
-        or getattr(getattr(init, "__code__", None), "co_filename", None) != "<string>"
-        or hasattr(cls, "__post_init__")
-    ):
-        return None
-    setters: list[Callable[[object, object], None]] = []
-    for f in dataclasses.fields(cls):
-        slot = next((k.__dict__[f.name] for k in cls.__mro__ if f.name in k.__dict__), None)
-        if not f.init or not isinstance(slot, types.MemberDescriptorType):
-            return None
-        setters.append(slot.__set__)
-    return setters
 
 
 # -- the registry --------------------------------------------------------------------------------

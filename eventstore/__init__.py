@@ -14,6 +14,9 @@ development and the simulator. Both pass the same contract tests.
 Fencing: an event whose metadata carries ``"leader_term"`` (a positive int) is refused, with its
 whole append, as :class:`Fenced` when a higher term has been recorded (``store.leader_term()``);
 a higher term becomes the recorded one. The database checks it in the insert's own transaction.
+With ``"leader_shard"`` beside it (a name such as ``"nodes/3"``), the term is fenced on that
+shard's own recorded term instead (``store.leader_term("nodes/3")``), independent of the log-wide
+term and of every other shard's.
 """
 
 from __future__ import annotations

@@ -33,11 +33,13 @@ __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "EXPECT_ANY",
     "EXPECT_EXISTS",
+    "LEADER_SHARD_KEY",
     "LEADER_TERM_KEY",
     "MAX_LEADER_TERM",
     "PreparedAppend",
     "PreparedEvent",
     "canonical_json",
+    "check_leader_shard",
     "prepare_append",
     "prepare_many",
 ]
@@ -55,6 +57,10 @@ LEADER_TERM_KEY = "leader_term"
 """The metadata key of an event's fencing term (see ``EventStore.leader_term``)."""
 MAX_LEADER_TERM = 2**63 - 1
 """Terms are stored as Postgres ``bigint``."""
+LEADER_SHARD_KEY = "leader_shard"
+"""The metadata key naming the shard whose own term fences the event's ``leader_term`` (see
+``EventStore.leader_term``); without it the term is fenced log-wide."""
+MAX_SHARD_LENGTH = 200
 
 
 # The prepared forms are NamedTuples rather than frozen dataclasses: they are built on every
@@ -71,6 +77,8 @@ class PreparedEvent(NamedTuple):
     metadata_text: str
     term: int
     """The leader term in the metadata, 0 when there is none."""
+    shard: str | None
+    """The shard the term is fenced on; None for the log-wide fence (and when there is no term)."""
 
 
 class PreparedAppend(NamedTuple):
@@ -83,6 +91,8 @@ class PreparedAppend(NamedTuple):
     """The lowest (first) leader term its events carry, 0 when none carries one."""
     last_term: int
     """The highest (last) leader term its events carry, 0 when none carries one."""
+    shard: str | None
+    """The shard every termed event names; None when they name none (the log-wide fence)."""
 
 
 def _refuse(value: object) -> object:
@@ -249,9 +259,19 @@ def _prepare_event(event: object, *, max_event_bytes: int) -> PreparedEvent:
             "Store large payloads elsewhere and append a reference"
         )
     event_id, event_id_bytes = _event_id(event.event_id)
-    term = _leader_term(metadata, event_type) if LEADER_TERM_KEY in metadata else 0
+    term, shard = 0, None
+    if LEADER_TERM_KEY in metadata:
+        term = _leader_term(metadata, event_type)
+        if LEADER_SHARD_KEY in metadata:
+            shard = _leader_shard(metadata, event_type)
+    elif LEADER_SHARD_KEY in metadata:
+        raise InvalidEvent(
+            f"metadata of {event_type!r} names {LEADER_SHARD_KEY!r} without {LEADER_TERM_KEY!r}: "
+            "a shard is only meaningful with the term it fences; add the shard leader's term or "
+            "leave both keys out"
+        )
     return PreparedEvent(
-        event_id, event_id_bytes, event_type, version, data_text, metadata_text, term
+        event_id, event_id_bytes, event_type, version, data_text, metadata_text, term, shard
     )
 
 
@@ -266,17 +286,50 @@ def _leader_term(metadata: Mapping[str, object], event_type: str) -> int:
     return term
 
 
-def _term_span(carried: Sequence[int], stream_id: str | None) -> tuple[int, int]:
+def _leader_shard(metadata: Mapping[str, object], event_type: str) -> str:
+    return check_leader_shard(
+        metadata[LEADER_SHARD_KEY], what=f"metadata {LEADER_SHARD_KEY!r} of {event_type!r}"
+    )
+
+
+_shard_name = re.compile(rf"[A-Za-z0-9._/-]{{1,{MAX_SHARD_LENGTH}}}").fullmatch
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_shard_name(value: str) -> bool:
+    """Cached: a leader names its shard on every append."""
+    return _shard_name(value) is not None
+
+
+def check_leader_shard(value: object, *, what: str = "leader shard") -> str:
+    """``value`` if it is a well-formed shard name, else InvalidEvent naming ``what``.
+
+    Shard names are restricted to a small alphabet so they read the same in metadata, in the
+    ``shard_fencing`` table and in lease names, and cannot smuggle separators or control
+    characters into any of them."""
+    if type(value) is not str or not _is_shard_name(value):
+        raise InvalidEvent(
+            f"{what} must be a shard name: 1 to {MAX_SHARD_LENGTH} characters of letters, digits, "
+            f"'.', '_', '/' and '-' (such as 'nodes/3'), got {value!r}"
+        )
+    return value
+
+
+def _term_span(
+    carried: Sequence[int], stream_id: str | None, *, shard: str | None = None
+) -> tuple[int, int]:
     """The first and last of the terms ``carried`` by an append's events (to ``stream_id``, or
-    of append_many for None), refusing terms that go down: the terms in the log never decrease,
-    so such an append could never be written whole."""
+    of append_many for None) on one fence (log-wide, or ``shard``'s), refusing terms that go
+    down: the terms of a fence in the log never decrease, so such an append could never be
+    written whole."""
     if not carried:
         return 0, 0
     for earlier, later in itertools.pairwise(carried):
         if later < earlier:
             where = "append_many" if stream_id is None else f"append to {stream_id!r}"
+            of_shard = "" if shard is None else f" of shard {shard!r}"
             raise InvalidEvent(
-                f"{where} carries leader term {later} after term {earlier}; "
+                f"{where} carries leader term {later}{of_shard} after term {earlier}; "
                 "the events of one append must not go back to an older term"
             )
     return carried[0], carried[-1]
@@ -304,8 +357,28 @@ def prepare_append(
     label: ExpectedVersion = (
         expected_version if isinstance(expected_version, _ExpectedVersionMarker) else expected
     )
-    first_term, last_term = _term_span([e.term for e in prepared if e.term], stream)
-    return PreparedAppend(stream, prepared, expected, label, first_term, last_term)
+    termed = [e for e in prepared if e.term]
+    if not termed:
+        return PreparedAppend(stream, prepared, expected, label, 0, 0, None)
+    first = termed[0]
+    if len(termed) == 1:  # the leader's usual append: nothing to compare
+        return PreparedAppend(
+            stream, prepared, expected, label, first.term, first.term, first.shard
+        )
+    shard = first.shard
+    for event in termed:
+        if event.shard != shard:
+            raise InvalidEvent(
+                f"append to {stream!r} names {_fence_name(shard)} and {_fence_name(event.shard)}; "
+                f"every event of one stream's append that carries {LEADER_TERM_KEY!r} must name "
+                f"the same {LEADER_SHARD_KEY!r} (or all none): split it into one append per shard"
+            )
+    first_term, last_term = _term_span([e.term for e in termed], stream, shard=shard)
+    return PreparedAppend(stream, prepared, expected, label, first_term, last_term, shard)
+
+
+def _fence_name(shard: str | None) -> str:
+    return "no leader shard" if shard is None else f"leader shard {shard!r}"
 
 
 def prepare_many(
@@ -330,5 +403,12 @@ def prepare_many(
     ids = [e.event_id for p in prepared for e in p.events]
     if len(set(ids)) != len(ids):
         raise InvalidEvent("append_many repeats an event id")
-    _term_span([t for p in prepared for t in (p.first_term, p.last_term) if t], None)
+    # Terms of different shards (and the log-wide one) are independent: each must not go
+    # down along the parts that carry it.
+    fences: dict[str | None, list[int]] = {}
+    for p in prepared:
+        if p.first_term:
+            fences.setdefault(p.shard, []).extend((p.first_term, p.last_term))
+    for shard, terms in fences.items():
+        _term_span(terms, None, shard=shard)
     return tuple(prepared)

@@ -14,6 +14,11 @@ it. The terms in the log therefore never decrease along global positions, so the
 are fenced rightly by checking their first term and recording their last, which is what the
 Postgres appender's statement has the database do again (migration 0002).
 
+A shard's leader fences its events on the shard's own term instead (``leader_shard`` beside
+``leader_term``, migration 0005): the same rule, applied per shard to the rows naming it, with
+the log-wide term and every other shard's left alone. The plan reports each shard's first and
+last term (``GroupPlan.shards``) for the database to check and record.
+
 The backends differ only in how they obtain a view they can trust: SQLite reads it inside its
 write transaction; Postgres plans optimistically on a cached view and lets unique constraints
 catch a stale one (see ``_postgres_append.py``).
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import NamedTuple
 
 from fleetledger.eventstore._chain import GENESIS_HASH, chain_hash
@@ -40,7 +46,15 @@ from fleetledger.eventstore.errors import (
     WrongExpectedVersion,
 )
 
-__all__ = ["AppendOutcome", "EventRow", "GroupPlan", "LogView", "StoredEvent", "plan_group"]
+__all__ = [
+    "AppendOutcome",
+    "EventRow",
+    "GroupPlan",
+    "LogView",
+    "ShardSpan",
+    "StoredEvent",
+    "plan_group",
+]
 
 AppendOutcome = list[AppendResult] | EventStoreError
 """What one caller gets: its results (one per stream, in its order) or its error."""
@@ -68,7 +82,9 @@ class LogView:
     """The group's event ids (canonical text) that are already stored (empty when none are, or
     unknown)."""
     term: int = 0
-    """The highest leader term recorded (0 when none)."""
+    """The highest leader term recorded log-wide (0 when none)."""
+    shard_terms: dict[str, int] = field(default_factory=dict)
+    """Recorded terms of (at least) the group's shards; a missing shard is at 0."""
 
     def advance(self, plan: GroupPlan) -> None:
         """Apply a committed plan, so the view stays valid for the next group."""
@@ -78,6 +94,9 @@ class LogView:
         self.versions.update(plan.stream_versions)
         self.stored = {}
         self.term = plan.term
+        if plan.shards:
+            for shard, span in plan.shards.items():
+                self.shard_terms[shard] = span.last
 
 
 class EventRow(NamedTuple):
@@ -92,6 +111,19 @@ class EventRow(NamedTuple):
     hash: bytes
 
 
+class ShardSpan(NamedTuple):
+    """The terms a plan's rows carry for one shard."""
+
+    first: int
+    """The lowest: what the shard's recorded term must not exceed."""
+    last: int
+    """The highest, which the shard's recorded term is once the plan commits (a caller below
+    the recorded term is refused, so the highest term a plan carries is at least that)."""
+
+
+_NO_SHARDS: Mapping[str, ShardSpan] = MappingProxyType({})
+
+
 class GroupPlan(NamedTuple):
     rows: tuple[EventRow, ...]
     outcomes: tuple[AppendOutcome, ...]
@@ -102,7 +134,9 @@ class GroupPlan(NamedTuple):
     term: int
     """The highest leader term recorded once the plan is committed."""
     first_term: int
-    """The lowest leader term a row carries, 0 when none carries one."""
+    """The lowest log-wide leader term a row carries, 0 when none carries one."""
+    shards: Mapping[str, ShardSpan]
+    """Per shard its rows name, the terms they carry (empty when none names one)."""
 
 
 def plan_group(
@@ -113,6 +147,8 @@ def plan_group(
     # The view is read, never changed: a plan that fails to commit leaves it as it was. What this
     # group writes is tracked on the side (``written``, ``stored``) and consulted first.
     head_position, head_hash, term = view.head_position, view.head_hash, view.term
+    shard_terms = view.shard_terms
+    shards: dict[str, ShardSpan] = {}
     written: dict[str, int] = {}
     stored: dict[str, StoredEvent] = dict(view.stored)
     last_item = len(items) - 1
@@ -121,7 +157,9 @@ def plan_group(
     rejections = False
     first_term = 0
     for index, item in enumerate(items):
-        outcome = _judge(item, written, view.versions, stored, term)
+        outcome = _judge(
+            item, written, view.versions, stored, term=term, shards=shards, shard_terms=shard_terms
+        )
         if outcome is not None:
             outcomes.append(outcome)
             rejections = rejections or isinstance(outcome, EventStoreError)
@@ -155,11 +193,30 @@ def plan_group(
                     stored[event.event_id] = StoredEvent(stream_id, version, head_position)
             written[stream_id] = version
             results.append(AppendResult(first, head_position, version))
-            if append.first_term and not first_term:
-                first_term = append.first_term
-            term = max(term, append.last_term)
+            if not append.last_term:
+                continue
+            shard = append.shard
+            if shard is None:
+                if not first_term:
+                    first_term = append.first_term
+                term = max(term, append.last_term)
+            else:
+                span = shards.get(shard)
+                shards[shard] = (
+                    ShardSpan(append.first_term, append.last_term)
+                    if span is None
+                    else ShardSpan(span.first, max(span.last, append.last_term))
+                )
         outcomes.append(results)
-    return GroupPlan(tuple(rows), tuple(outcomes), written, rejections, term, first_term)
+    return GroupPlan(
+        tuple(rows),
+        tuple(outcomes),
+        written,
+        rejections,
+        term,
+        first_term,
+        shards or _NO_SHARDS,
+    )
 
 
 def _current_version(
@@ -170,12 +227,23 @@ def _current_version(
     return stored_versions.get(stream_id, 0) if found is None else found
 
 
+def _recorded_shard_term(
+    shard: str, planned: Mapping[str, ShardSpan], recorded: Mapping[str, int]
+) -> int:
+    """What this group raised the shard's term to, else what the view says is recorded."""
+    span = planned.get(shard)
+    return recorded.get(shard, 0) if span is None else span.last
+
+
 def _judge(
     item: tuple[PreparedAppend, ...],
     written: Mapping[str, int],
     stored_versions: Mapping[str, int],
     stored: Mapping[str, StoredEvent],
+    *,
     term: int,
+    shards: Mapping[str, ShardSpan],
+    shard_terms: Mapping[str, int],
 ) -> AppendOutcome | None:
     """None when the item may be written; its original result if it is a faithful replay;
     otherwise its error."""
@@ -186,8 +254,13 @@ def _judge(
         if replay is not None:
             return replay
     for append in item:
-        if append.first_term and append.first_term < term:
-            return Fenced(append.first_term, term)
+        first_term = append.first_term
+        if not first_term:
+            continue
+        shard = append.shard
+        recorded = term if shard is None else _recorded_shard_term(shard, shards, shard_terms)
+        if first_term < recorded:
+            return Fenced(first_term, recorded)
     for append in item:
         actual = _current_version(append.stream_id, written, stored_versions)
         expected = append.expected

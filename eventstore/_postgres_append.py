@@ -9,10 +9,11 @@ violation. Global position order is therefore commit order, and a reader tailing
 same guarantee an advisory lock would give, without its extra statement on every append.
 
 A stale view (another process appended meanwhile) shows up as a unique violation on position,
-stream version or event id, or — when another process raised the leader term — as the fence's
-refusal (SQLSTATE ``LT001``, migration 0002); the appender then reads a fresh view —
-head, recorded term, the group's stream versions and whichever of its event ids are stored — in
-one query and plans again, which refuses exactly the callers whose term is stale as ``Fenced``.
+stream version or event id, or — when another process raised the leader term, log-wide or of a
+shard — as the fence's refusal (SQLSTATE ``LT001``, migrations 0002 and 0005); the appender then
+reads a fresh view — head, recorded term, the recorded terms of the group's shards, the group's
+stream versions and whichever of its event ids are stored — in one query and plans again, which
+refuses exactly the callers whose term is stale as ``Fenced``.
 A rejection planned from the cache is never trusted: it is re-checked against a fresh view
 first. In steady state (one controller process writing) an append is one round trip: one INSERT
 statement (which also registers a stream it opens), committed at once; ``on_commit`` then
@@ -57,9 +58,9 @@ NOTIFY_CHANNEL = "fleetledger_events"
 MAX_ATTEMPTS = 50
 MAX_CACHED_STREAMS = 100_000
 FENCED_SQLSTATE = b"LT001"
-"""What ``fleetledger_fence`` raises (migrations/versions/0002_fencing.py)."""
+"""What ``fleetledger_fence`` and ``fleetledger_fence_shards`` raise (migrations 0002, 0005)."""
 
-# Four prepared statements, each one round trip that inserts the group's rows:
+# Prepared statements, each one round trip that inserts the group's rows:
 #
 # - a lone row of an existing stream — every append of a lone writer — goes as parameters
 #   straight into the columns with a plain INSERT, the cheapest form the server runs (a
@@ -69,7 +70,11 @@ FENCED_SQLSTATE = b"LT001"
 # - a group that opens a stream also registers it in ``streams``, in a CTE beside the insert;
 # - a group whose rows carry leader terms has the database fence them in the same statement:
 #   ``fleetledger_fence(first, last)`` takes the fencing row's lock (and raises the recorded
-#   term, or refuses the statement) before any row is produced. Only fenced groups pay for it.
+#   term, or refuses the statement) before any row is produced. Only fenced groups pay for it;
+# - rows naming shards are fenced alike by ``fleetledger_fence_shards(shards, firsts, lasts)``,
+#   one lock per shard; a group carrying log-wide terms as well calls ``fleetledger_fence``
+#   first (the shards' fence reads through its CTE), so every statement takes the fencing row
+#   before the shard rows, which the function takes in sorted order (migration 0005).
 #
 # ``json`` columns keep their input text verbatim, and ``json_to_recordset`` hands a ``json`` field
 # back as its exact source text: the stored bodies are the texts the hash chain covers (verify()
@@ -121,11 +126,9 @@ WITH batch AS (
 SELECT 1
 """
 
-_INSERT_FENCED_NAME = b"fleetledger_append_fenced"
-_INSERT_FENCED = f"""
-WITH fence AS (
-  SELECT fleetledger_fence($2::bigint, $3::bigint) AS ok
-), batch AS (
+# The fenced statements differ only in their fence: the CTE ``fence`` yields one row, true,
+# once every fence the rows need has passed, and the insert reads its rows through it.
+_AFTER_FENCE = f"""), batch AS (
   SELECT * FROM {_ROWS_FROM_JSON}
 ), new_events AS (
   INSERT INTO events ({_COLUMNS})
@@ -138,18 +141,49 @@ WITH fence AS (
 SELECT 1
 """
 
-_VIEW = """
+_INSERT_FENCED_NAME = b"fleetledger_append_fenced"
+_INSERT_FENCED = f"""
+WITH fence AS (
+  SELECT fleetledger_fence($2::bigint, $3::bigint) AS ok
+{_AFTER_FENCE}"""
+
+_INSERT_SHARD_FENCED_NAME = b"fleetledger_append_shard_fenced"
+_INSERT_SHARD_FENCED = f"""
+WITH fence AS (
+  SELECT fleetledger_fence_shards($2::text[], $3::bigint[], $4::bigint[]) AS ok
+{_AFTER_FENCE}"""
+
+# The log-wide fence first: reading through ``log_fence`` makes its call precede the shards'.
+_INSERT_BOTH_FENCED_NAME = b"fleetledger_append_both_fenced"
+_INSERT_BOTH_FENCED = f"""
+WITH log_fence AS (
+  SELECT fleetledger_fence($2::bigint, $3::bigint) AS ok
+), fence AS (
+  SELECT fleetledger_fence_shards($4::text[], $5::bigint[], $6::bigint[]) AS ok
+    FROM log_fence WHERE log_fence.ok
+{_AFTER_FENCE}"""
+
+_VIEW_COLUMNS = """
 SELECT head.global_position, head.hash, (SELECT term FROM fencing WHERE id = 1),
        (SELECT json_object_agg(sid, (SELECT stream_version FROM events
                                       WHERE stream_id = sid
                                       ORDER BY stream_version DESC LIMIT 1))
           FROM unnest(%s::text[]) AS sid),
        (SELECT json_agg(json_build_array(event_id, stream_id, stream_version, global_position))
-          FROM events WHERE event_id = ANY(%s::uuid[]))
+          FROM events WHERE event_id = ANY(%s::uuid[]))"""
+_VIEW_FROM = """
   FROM (SELECT 1) AS one
   LEFT JOIN LATERAL (SELECT global_position, hash FROM events
                       ORDER BY global_position DESC LIMIT 1) AS head ON true
 """
+_VIEW = _VIEW_COLUMNS + _VIEW_FROM
+# A group naming shards reads their recorded terms in the same snapshot.
+_VIEW_WITH_SHARDS = (
+    _VIEW_COLUMNS
+    + """,
+       (SELECT json_object_agg(shard, term) FROM shard_fencing WHERE shard = ANY(%s::text[]))"""
+    + _VIEW_FROM
+)
 
 
 class PostgresAppender:
@@ -182,7 +216,8 @@ class PostgresAppender:
         # A stream the cached view has not seen is planned at version 0: a new stream (the
         # common case: every batch opens one) then costs no extra read, and if it did exist the
         # insert collides on (stream_id, stream_version) and the view is refreshed like any
-        # other stale view.
+        # other stale view. Likewise a shard it has not seen is planned at term 0: if the shard
+        # has a higher term, the database's fence refuses the statement (``_FenceMoved``).
         view = self._view
         fresh = False
         for _ in range(MAX_ATTEMPTS):
@@ -232,14 +267,26 @@ class PostgresAppender:
         (one query, one snapshot); other streams keep their cached versions."""
         stream_ids = sorted({a.stream_id for item in items for a in item})
         ids = [e.event_id for item in items for a in item for e in a.events]
-        row = self._connected().execute(_VIEW, (stream_ids, ids), prepare=True).fetchone()
-        assert row is not None
-        position, digest, term, versions, stored = row
+        shards = sorted({a.shard for item in items for a in item if a.shard is not None})
+        connection = self._connected()
+        shard_terms = None
+        if shards:
+            query = connection.execute(_VIEW_WITH_SHARDS, (stream_ids, ids, shards), prepare=True)
+            row = query.fetchone()
+            assert row is not None
+            position, digest, term, versions, stored, shard_terms = row
+        else:
+            row = connection.execute(_VIEW, (stream_ids, ids), prepare=True).fetchone()
+            assert row is not None
+            position, digest, term, versions, stored = row
         view = self._view if self._view is not None else LogView()
         view.head_position, view.head_hash = (
             (int(position), bytes(digest)) if position is not None else (0, GENESIS_HASH)
         )
         view.term = int(term or 0)
+        for shard in shards:
+            # A shard without a row is at term 0 (its first fenced append creates the row).
+            view.shard_terms[shard] = int((shard_terms or {}).get(shard) or 0)
         for stream_id in stream_ids:
             found = (versions or {}).get(stream_id)
             view.versions[stream_id] = 0 if found is None else int(found)
@@ -252,9 +299,8 @@ class PostgresAppender:
     def _insert(self, plan: GroupPlan) -> None:
         rows = plan.rows
         pgconn = self._connected().pgconn
-        if plan.first_term:
-            fence = (str(plan.first_term).encode(), str(plan.term).encode())
-            result = pgconn.exec_prepared(_INSERT_FENCED_NAME, (_json_rows(rows), *fence))
+        if plan.first_term or plan.shards:
+            result = pgconn.exec_prepared(*_fenced_insert(plan))
         elif len(rows) == 1 and rows[0].stream_version != 1:
             result = pgconn.exec_prepared(_INSERT_ONE_NAME, _one_row(rows[0]), _INSERT_ONE_FORMATS)
         else:
@@ -267,7 +313,28 @@ class PostgresAppender:
 
 
 class _FenceMoved(Exception):
-    """The trigger refused a row's term: another process raised it since the view was read."""
+    """The fence refused a row's term: another process raised it since the view was read."""
+
+
+def _fenced_insert(plan: GroupPlan) -> tuple[bytes, tuple[bytes, ...]]:
+    """The statement and parameters inserting a plan whose rows carry terms."""
+    rows = _json_rows(plan.rows)
+    log_fence = (str(plan.first_term).encode(), str(plan.term).encode())
+    if not plan.shards:
+        return _INSERT_FENCED_NAME, (rows, *log_fence)
+    # Sorted, so the function takes the rows' locks in this order without sorting them itself:
+    # shard names are ASCII, where Python's order is the function's (COLLATE "C"). As array
+    # literals they are quoted, and need no escaping: they are letters, digits and "._/-"
+    # (checked when the append was prepared), none read as anything but its text ("NULL" too).
+    shards = sorted(plan.shards.items())
+    shard_fence = (
+        ("{" + ",".join([f'"{shard}"' for shard, _ in shards]) + "}").encode(),
+        ("{" + ",".join([str(span.first) for _, span in shards]) + "}").encode(),
+        ("{" + ",".join([str(span.last) for _, span in shards]) + "}").encode(),
+    )
+    if not plan.first_term:
+        return _INSERT_SHARD_FENCED_NAME, (rows, *shard_fence)
+    return _INSERT_BOTH_FENCED_NAME, (rows, *log_fence, *shard_fence)
 
 
 def _one_row(row: EventRow) -> tuple[bytes, ...]:
@@ -303,6 +370,8 @@ _STATEMENTS: tuple[tuple[bytes, bytes, Sequence[int] | None], ...] = (
     (_INSERT_GROUP_NAME, _INSERT_GROUP.encode(), None),
     (_INSERT_OPENING_NAME, _INSERT_OPENING.encode(), None),
     (_INSERT_FENCED_NAME, _INSERT_FENCED.encode(), None),
+    (_INSERT_SHARD_FENCED_NAME, _INSERT_SHARD_FENCED.encode(), None),
+    (_INSERT_BOTH_FENCED_NAME, _INSERT_BOTH_FENCED.encode(), None),
 )
 
 

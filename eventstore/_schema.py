@@ -17,11 +17,12 @@ __all__ = [
     "events",
     "fencing",
     "metadata",
+    "shard_fencing",
     "snapshots",
     "streams",
 ]
 
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 """The Alembic revision this code needs; a test keeps it equal to the migrations' head."""
 
 
@@ -92,3 +93,12 @@ fencing = sa.Table(
     sa.Column("term", sa.BigInteger, nullable=False),
 )
 """One row (id 1): the highest leader term an append has carried (see migration 0002)."""
+
+shard_fencing = sa.Table(
+    "shard_fencing",
+    metadata,
+    sa.Column("shard", sa.Text, primary_key=True),
+    sa.Column("term", sa.BigInteger, nullable=False),
+)
+"""One row per shard an append has named: the highest leader term it carried for that shard
+(see migration 0005). A shard without a row is at term 0."""

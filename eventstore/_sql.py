@@ -11,19 +11,21 @@ against raw psycopg.
 from __future__ import annotations
 
 import json
+import operator
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from fleetledger.eventstore import _sqlite_read as sqlite_read
 from fleetledger.eventstore._chain import now_micros
 from fleetledger.eventstore._encoding import PreparedAppend
 from fleetledger.eventstore._engine import (
@@ -36,7 +38,14 @@ from fleetledger.eventstore._engine import (
 from fleetledger.eventstore._planner import AppendOutcome
 from fleetledger.eventstore._postgres_append import NOTIFY_CHANNEL, PostgresAppender
 from fleetledger.eventstore._postgres_read import PostgresReader
-from fleetledger.eventstore._schema import SCHEMA_REVISION, checkpoints, events, fencing, snapshots
+from fleetledger.eventstore._schema import (
+    SCHEMA_REVISION,
+    checkpoints,
+    events,
+    fencing,
+    shard_fencing,
+    snapshots,
+)
 from fleetledger.eventstore._sqlite_append import append_in_transaction
 from fleetledger.eventstore._types import RecordedEvent, Snapshot
 from fleetledger.eventstore._wakeups import Notifier
@@ -91,12 +100,14 @@ def _utc(moment: datetime) -> datetime:
 # the store accepts any JSON integer: a body that may hold one — a run of 20 digits, or a minus
 # sign and 19 digits (or merely a long digit string) — takes the exact standard decoder instead.
 #
-# The run is looked for once per page, over all its bodies joined: a search per body would cost
-# half as much as decoding it. And it is looked for as a substring of the text with every digit
-# turned into "0" (a table lookup per character, then a substring search that skips ahead): a
-# regular expression for a digit run costs several times as much, as much as decoding the page
-# with orjson (``fleetledger bench store`` measures replay). str.translate is fast for ASCII only;
-# other text is translated as its UTF-8 bytes.
+# Postgres looks for the run as it reads each row (a regular expression its engine runs in a
+# fraction of the time it takes here, on the server's own core: see _postgres_read.py), and says
+# so in the row's last column. On SQLite the run is looked for here, once per page, over all its
+# bodies joined: a search per body would cost half as much as decoding it. And it is looked for as
+# a substring of the text with every digit turned into "0" (a table lookup per character, then a
+# substring search that skips ahead): a regular expression for a digit run costs several times as
+# much in Python, as much as decoding the page with orjson (``fleetledger bench store`` measures
+# replay). str.translate is fast for ASCII only; other text is translated as its UTF-8 bytes.
 _DIGITS_AS_ZEROS = str.maketrans("123456789", "000000000")
 _BYTE_DIGITS_AS_ZEROS = bytes.maketrans(b"123456789", b"000000000")
 _BIG_POSITIVE = "0" * 20
@@ -119,57 +130,161 @@ def _decode_body(text: str) -> Any:
     return orjson.loads(text)
 
 
-def _body_decoder(rows: Sequence[Sequence[Any]]) -> Callable[[str], Any]:
-    """The decoder for a page of rows (data at 6, metadata at 7): orjson when no body of the page
-    can hold a big integer, else the per-body choice."""
-    # The newline keeps a digit run from spanning two bodies.
-    joined = "\n".join([text for row in rows for text in (row[6], row[7])])
-    return _decode_body if _may_hold_big_integer(joined) else orjson.loads
+def _page_may_hold_big_integer(rows: Sequence[Sequence[Any]]) -> bool:
+    """Whether any body of a page of rows (data at 6, metadata at 7) may hold a big integer."""
+    # The newline keeps a digit run from spanning two bodies; the columns are gathered by
+    # itemgetter, in C, not by a comprehension making a tuple per row.
+    return _may_hold_big_integer("\n".join(map(_DATA_COLUMN, rows))) or _may_hold_big_integer(
+        "\n".join(map(_METADATA_COLUMN, rows))
+    )
 
 
-# Replay builds one RecordedEvent per stored event, and a frozen dataclass's generated __init__
-# (keyword handling plus object.__setattr__ per field) costs about as much as decoding the JSON
-# body. Writing the slots through their descriptors is the same operation without the overhead;
-# the loop below binds them (and everything else it calls per row) to locals first, as a lookup
-# of a module global per field per event was a visible share of a replay too.
-_SLOT_SETTERS = tuple(
-    RecordedEvent.__dict__[name].__set__ for name in RecordedEvent.__dataclass_fields__
-)
+_DATA_COLUMN = operator.itemgetter(6)
+_METADATA_COLUMN = operator.itemgetter(7)
+_CHECKED_COLUMN = operator.itemgetter(10)
+_FIELD_NAMES = tuple(RecordedEvent.__dataclass_fields__)
+_FIELDS_OF = operator.attrgetter(*_FIELD_NAMES)
+_DATA_SLOT = RecordedEvent.__dict__["data"]
+_METADATA_SLOT = RecordedEvent.__dict__["metadata"]
+_HASH_SLOT = RecordedEvent.__dict__["hash"]
+
+
+class _StoredEvent(RecordedEvent):
+    """A :class:`RecordedEvent` read from the database, its bodies decoded when first read.
+
+    A replay reads every event of the log, and its read models never look at most of the
+    bodies: the metadata of nine events in ten, the data of the warnings and of the events no
+    model folds (a quarter of a fleet's log). Decoding them, and collecting the dictionaries
+    made, was a fifth of a replay (``fleetledger bench replay``). So a record holds the text of
+    each body in its field until ``data`` or ``metadata`` is first read, which decodes it (with
+    orjson: a page whose text may hold an integer orjson cannot is decoded whole as it is read,
+    into plain RecordedEvents). A body is always a JSON object, so text is never a decoded value.
+    The hash, which only a verification reads, is kept as the bytes read until asked for.
+
+    Nothing else differs from a RecordedEvent: the same fields and values, frozen, equal to any
+    RecordedEvent of equal fields, shown and pickled as one. Two threads reading a body at once
+    may both decode it; both see equal values.
+    """
+
+    # No slots of its own: laid out as a RecordedEvent, so that a page's records are built as
+    # instances of _Building (see _recorded_page).
+    __slots__ = ()
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        value = _DATA_SLOT.__get__(self)
+        if type(value) is str:
+            value = orjson.loads(value)
+            _DATA_SLOT.__set__(self, value)
+        return cast(Mapping[str, Any], value)
+
+    @data.setter
+    def data(self, value: Mapping[str, Any]) -> None:
+        # Only object.__setattr__ comes here (the dataclass's __init__, which replace() calls):
+        # RecordedEvent's own __setattr__ refuses every field.
+        _DATA_SLOT.__set__(self, value)
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        value = _METADATA_SLOT.__get__(self)
+        if type(value) is str:
+            value = orjson.loads(value)
+            _METADATA_SLOT.__set__(self, value)
+        return cast(Mapping[str, Any], value)
+
+    @metadata.setter
+    def metadata(self, value: Mapping[str, Any]) -> None:
+        _METADATA_SLOT.__set__(self, value)
+
+    @property
+    def hash(self) -> str:
+        value = _HASH_SLOT.__get__(self)
+        if type(value) is not str:
+            value = value.hex()
+            _HASH_SLOT.__set__(self, value)
+        return cast(str, value)
+
+    @hash.setter
+    def hash(self, value: str) -> None:
+        _HASH_SLOT.__set__(self, value)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordedEvent):
+            return bool(_FIELDS_OF(self) == _FIELDS_OF(other))
+        return NotImplemented
+
+    __hash__ = RecordedEvent.__hash__
+
+    def __repr__(self) -> str:
+        return repr(self._plain())
+
+    def __reduce__(self) -> tuple[type[RecordedEvent], tuple[Any, ...]]:
+        return RecordedEvent, _FIELDS_OF(self)
+
+    def _plain(self) -> RecordedEvent:
+        return RecordedEvent(*_FIELDS_OF(self))
+
+
+# A frozen dataclass refuses attribute stores, and calling each slot's __set__ costs a call and
+# an argument tuple per field: most of building a record. So a page's records are made as
+# instances of this plain class, laid out exactly as RecordedEvent (its slots, in order), filled
+# by ordinary attribute stores, then given their class (__class__ assignment, which Python allows
+# between classes of the same layout: checked here, once). Only _recorded_page sees one.
+_Building = type("_Building", (), {"__slots__": RecordedEvent.__slots__})
+_probe: Any = object.__new__(_Building)
+_probe.__class__ = _StoredEvent
+del _probe
 
 
 def _recorded_page(rows: Sequence[Sequence[Any]]) -> list[RecordedEvent]:
-    decode = _body_decoder(rows)
-    new, cls, utc = object.__new__, RecordedEvent, UTC
-    (
-        set_position,
-        set_stream,
-        set_version,
-        set_event_id,
-        set_type,
-        set_schema_version,
-        set_data,
-        set_metadata,
-        set_recorded_at,
-        set_hash,
-    ) = _SLOT_SETTERS
+    """The records of a page of rows: the ten event columns, then whether the row's bodies may
+    hold an integer orjson cannot read — Postgres's answer, or None on SQLite, where this page's
+    text is searched instead."""
+    if rows and rows[0][10] is not None:
+        exact = any(map(_CHECKED_COLUMN, rows))
+    else:
+        exact = _page_may_hold_big_integer(rows)
+    if exact:
+        return _decoded_page(rows)
+    new, building, stored, utc = object.__new__, _Building, _StoredEvent, UTC
     page: list[RecordedEvent] = []
     append = page.append
-    for position, stream, version, event_id, type_, schema, data, metadata, at, digest in rows:
-        event = new(cls)
-        set_position(event, position)
-        set_stream(event, stream)
-        set_version(event, version)
-        set_event_id(event, event_id)
-        set_type(event, type_)
-        set_schema_version(event, schema)
-        set_data(event, decode(data))
-        # Many events carry no metadata; skipping the decoder for "{}" is measurable on replay.
-        set_metadata(event, {} if metadata == "{}" else decode(metadata))
+    for position, stream, version, event_id, type_, schema, data, metadata, at, digest, _ in rows:
+        event: Any = new(building)
+        event.global_position = position
+        event.stream_id = stream
+        event.stream_version = version
+        event.event_id = event_id
+        event.type = type_
+        event.schema_version = schema
+        event.data = data
+        event.metadata = metadata
         # SQLite hands back naive datetimes; everything the store writes is UTC.
-        set_recorded_at(event, at if at.tzinfo is not None else at.replace(tzinfo=utc))
-        set_hash(event, digest.hex())
+        event.recorded_at = at if at.tzinfo is not None else at.replace(tzinfo=utc)
+        event.hash = digest
+        event.__class__ = stored
         append(event)
     return page
+
+
+def _decoded_page(rows: Sequence[Sequence[Any]]) -> list[RecordedEvent]:
+    """The records of a page that may hold a big integer, each body decoded as it is read (by
+    the exact decoder where needed)."""
+    return [
+        RecordedEvent(
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            row[5],
+            _decode_body(row[6]),
+            _decode_body(row[7]),
+            _utc(row[8]),
+            row[9].hex(),
+        )
+        for row in rows
+    ]
 
 
 class SqlBackend:
@@ -265,19 +380,11 @@ class SqlBackend:
                     stream_id, from_version=from_version, backwards=backwards, limit=limit
                 )
             return _recorded_page(rows)
-        query = sa.select(*_EVENT_COLUMNS).where(events.c.stream_id == stream_id)
-        if backwards:
-            query = query.where(events.c.stream_version <= from_version).order_by(
-                events.c.stream_version.desc()
-            )
-        else:
-            query = query.where(events.c.stream_version >= from_version).order_by(
-                events.c.stream_version
-            )
-        if limit is not None:
-            query = query.limit(limit)
         with self._translated("read from"), self._engine.connect() as conn:
-            return _recorded_page(conn.execute(query).all())
+            rows = sqlite_read.read_stream(
+                conn, stream_id, from_version=from_version, backwards=backwards, limit=limit
+            )
+        return _recorded_page(rows)
 
     def read_all(
         self, *, after: int, limit: int, types: Sequence[str] | None
@@ -286,12 +393,9 @@ class SqlBackend:
             with self._translated("read from"):
                 rows = self._reader.read_all(after=after, limit=limit, types=types)
             return _recorded_page(rows)
-        query = sa.select(*_EVENT_COLUMNS).where(events.c.global_position > after)
-        if types is not None:
-            query = query.where(events.c.type.in_(list(types)))
-        query = query.order_by(events.c.global_position).limit(limit)
         with self._translated("read from"), self._engine.connect() as conn:
-            return _recorded_page(conn.execute(query).all())
+            rows = sqlite_read.read_all(conn, after=after, limit=limit, types=types)
+        return _recorded_page(rows)
 
     def head(self) -> int:
         if self._reader is not None:
@@ -300,9 +404,15 @@ class SqlBackend:
         with self._translated("read from"), self._engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.max(events.c.global_position))).scalar() or 0)
 
-    def leader_term(self) -> int:
+    def leader_term(self, shard: str | None = None) -> int:
+        """The recorded term of ``shard``, or the log-wide one (None); 0 when none is recorded."""
+        query = (
+            sa.select(fencing.c.term)
+            if shard is None
+            else sa.select(shard_fencing.c.term).where(shard_fencing.c.shard == shard)
+        )
         with self._translated("read from"), self._engine.connect() as conn:
-            return int(conn.execute(sa.select(fencing.c.term)).scalar() or 0)
+            return int(conn.execute(query).scalar() or 0)
 
     def stream_version(self, stream_id: str) -> int:
         query = sa.select(sa.func.max(events.c.stream_version)).where(

@@ -17,6 +17,7 @@ from fleetledger.eventstore._encoding import (
     DEFAULT_MAX_EVENT_BYTES,
     PreparedAppend,
     canonical_json,
+    check_leader_shard,
     prepare_append,
     prepare_many,
 )
@@ -201,9 +202,16 @@ class EventStore:
         """The highest committed global position (0 for an empty log)."""
         return self._backend.head()
 
-    def leader_term(self) -> int:
-        """The highest leader term any committed append carried (0 when none has)."""
-        return self._backend.leader_term()
+    def leader_term(self, shard: str | None = None) -> int:
+        """The highest leader term any committed append carried (0 when none has).
+
+        With ``shard``, the highest term an append carried with ``"leader_shard": shard``: each
+        shard's events are fenced on that shard's own term, independent of the log-wide term and
+        of every other shard's. Raises InvalidEvent for a malformed shard name.
+        """
+        if shard is not None:
+            check_leader_shard(shard, what="shard")
+        return self._backend.leader_term(shard)
 
     def _upcast(self, rows: list[RecordedEvent]) -> list[RecordedEvent]:
         if not self._upcasters:

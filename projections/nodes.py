@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -55,6 +55,9 @@ _STATELESS_TYPE_NAMES = frozenset(
 )
 
 Json = dict[str, object]
+
+# The head of a stream not folded yet: version 0, whose next event is its first.
+_NEW_STREAM: tuple[int, UUID | None] = (0, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +136,27 @@ class NodesProjection:
 
     def apply(self, record: RecordedEvent) -> None:
         """Fold one event; events at or before :attr:`position` were folded already."""
+        self.apply_page((record,))
+
+    def apply_page(self, records: Sequence[RecordedEvent]) -> None:
+        """Fold ``records``, in log order, as :meth:`apply` folds each: under one lock, the
+        calls bound once (a replay folds most of a log's events here)."""
         with self._lock:
-            if record.global_position <= self._position:
-                return
-            name = _fold_record(self._states, record, self.recent.decode)
-            if name is not None:
-                head = self._heads.get(name, (0, record.event_id))
-                follows = head is not None and head[0] + 1 == record.stream_version
-                self._heads[name] = (record.stream_version, record.event_id) if follows else None
-            self._position = record.global_position
+            states, heads, decode = self._states, self._heads, self.recent.decode
+            position = self._position
+            try:
+                for record in records:
+                    if record.global_position <= position:
+                        continue
+                    name = _fold_record(states, record, decode)
+                    if name is not None:
+                        version = record.stream_version
+                        head = heads.get(name, _NEW_STREAM)
+                        follows = head is not None and head[0] + 1 == version
+                        heads[name] = (version, record.event_id) if follows else None
+                    position = record.global_position
+            finally:
+                self._position = position
 
     def dump(self, *, settings: Mapping[str, object] | None = None) -> Json:
         """Dumpstate as of :attr:`position` (the present nodes, their pods, the queue)."""

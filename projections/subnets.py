@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from fleetledger.domain import ipam
@@ -98,11 +98,19 @@ class SubnetsProjection:
 
     def apply(self, record: RecordedEvent) -> None:
         """Fold one event; events at or before :attr:`position` were folded already."""
+        self.apply_page((record,))
+
+    def apply_page(self, records: Sequence[RecordedEvent]) -> None:
+        """Fold ``records``, in log order, as :meth:`apply` folds each, under one lock."""
         with self._lock:
-            if record.global_position <= self._position:
-                return
-            _fold_record(self._subnets, record)
-            self._position = record.global_position
+            subnets, position = self._subnets, self._position
+            try:
+                for record in records:
+                    if record.global_position > position:
+                        _fold_record(subnets, record)
+                        position = record.global_position
+            finally:
+                self._position = position
 
     def view(self, subnet_id: str) -> Json | None:
         """The subnet as ``GET /v1/subnets/{id}`` shows it, or ``None`` if it was never created."""

@@ -13,12 +13,12 @@ import pytest
 import sqlalchemy as sa
 
 from fleetledger.eventstore import Fenced, NewEvent, SchemaOutOfDate, migrate, open_store
-from fleetledger.eventstore._schema import SCHEMA_REVISION, events
+from fleetledger.eventstore._schema import SCHEMA_REVISION, events, shard_fencing
 from fleetledger.eventstore.migrate import DowngradeRefused, MigrationFailed
 from tests.eventstore.support import new_events, postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLES = {"events", "streams", "checkpoints", "snapshots", "fencing"}
+TABLES = {"events", "streams", "checkpoints", "snapshots", "fencing", "shard_fencing"}
 
 
 @pytest.fixture
@@ -215,21 +215,24 @@ def fenced(term: int) -> list[NewEvent]:
     return [NewEvent("Tested", {}, metadata={"leader_term": term})]
 
 
-def insert_malformed_term(url: str, position: int) -> None:
-    """A row written before revision 0002, whose ``leader_term`` nothing validated then."""
+def insert_unchecked_event(
+    url: str, position: int, *, metadata: str = '{"leader_term":"99"}', stream: str = "old-1"
+) -> None:
+    """A row written behind the store's back, as before revision 0002 (or 0005), whose
+    ``leader_term`` (or ``leader_shard``) nothing validated then."""
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
             conn.execute(
                 events.insert().values(
                     global_position=position,
-                    stream_id="old-1",
+                    stream_id=stream,
                     stream_version=1,
                     event_id=uuid.uuid4(),
                     type="Tested",
                     schema_version=1,
                     data="{}",
-                    metadata='{"leader_term":"99"}',
+                    metadata=metadata,
                     recorded_at=datetime.now(UTC),
                     hash=bytes(32),
                 )
@@ -266,7 +269,7 @@ class TestFencingRevision:
             store.append("vm-1", fenced(3))
             store.append("vm-1", fenced(7))
         migrate.downgrade(empty_url, "0001")
-        insert_malformed_term(empty_url, position=3)
+        insert_unchecked_event(empty_url, position=3)
 
         migrate.upgrade(empty_url)
 
@@ -364,3 +367,89 @@ class TestEventsByTypeRevision:
             open_store(empty_url)
         migrate.upgrade(empty_url)
         assert "ix_events_type_position" in event_indexes(empty_url)
+
+
+def sharded(shard: str, term: int) -> list[NewEvent]:
+    return [NewEvent("Tested", {}, metadata={"leader_term": term, "leader_shard": shard})]
+
+
+def shard_rows(url: str) -> dict[str, int]:
+    """Every row of ``shard_fencing``: shard -> recorded term."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            query = sa.select(shard_fencing.c.shard, shard_fencing.c.term)
+            return {str(shard): int(term) for shard, term in conn.execute(query)}
+    finally:
+        engine.dispose()
+
+
+class TestShardFencingRevision:
+    def test_downgrade_to_0004_removes_only_the_shard_fence(
+        self, empty_url: str, backend: str
+    ) -> None:
+        """Going back to 0004 drops shard_fencing (and on Postgres its function) and keeps the
+        events and the log-wide fence; the store then asks for an upgrade."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("node-a", sharded("nodes/0", 3))
+            store.append("vm-1", fenced(2))
+
+        migrate.downgrade(empty_url, "0004")
+
+        assert "shard_fencing" not in tables(empty_url)
+        assert {"events", "fencing"} <= tables(empty_url)
+        assert migrate.count_events(empty_url) == 2
+        if backend == "postgres":
+            assert functions(empty_url) == {"fleetledger_refuse_change", "fleetledger_fence"}
+        with pytest.raises(SchemaOutOfDate, match="fleetledger db upgrade"):
+            open_store(empty_url)
+
+    def test_upgrade_creates_an_empty_shard_fence_on_a_log_without_shards(
+        self, empty_url: str
+    ) -> None:
+        """Terms without a shard stay log-wide: the upgrade records no shard for them."""
+        migrate.upgrade(empty_url, "0004")
+        assert "shard_fencing" not in tables(empty_url)
+        insert_unchecked_event(empty_url, position=1, metadata='{"leader_term":4}')
+
+        migrate.upgrade(empty_url)
+
+        assert shard_rows(empty_url) == {}
+        with open_store(empty_url) as store:
+            store.append("node-a", sharded("nodes/0", 1))
+            assert store.leader_term("nodes/0") == 1
+
+    def test_upgrade_starts_each_shard_at_its_highest_term_already_logged(
+        self, empty_url: str
+    ) -> None:
+        """A log that gathered shard terms at 0004 (after a downgrade) keeps each shard's
+        deposed writers out after the upgrade; malformed old values are ignored rather than
+        failing the upgrade or making up a shard."""
+        migrate.upgrade(empty_url)
+        with open_store(empty_url) as store:
+            store.append("node-a", sharded("nodes/0", 3))
+            store.append("node-a", sharded("nodes/0", 7))
+            store.append("node-b", sharded("nodes/1", 2))
+            store.append("vm-1", fenced(5))
+        migrate.downgrade(empty_url, "0004")
+        for position, metadata in enumerate(
+            [
+                '{"leader_shard":"nodes 0","leader_term":9}',
+                '{"leader_shard":"nodes/0","leader_term":"99"}',
+                '{"leader_shard":7,"leader_term":9}',
+                '{"leader_shard":"nodes/2"}',
+            ],
+            start=5,
+        ):
+            insert_unchecked_event(empty_url, position, metadata=metadata, stream=f"old-{position}")
+
+        migrate.upgrade(empty_url)
+
+        assert shard_rows(empty_url) == {"nodes/0": 7, "nodes/1": 2}
+        with open_store(empty_url) as store:
+            assert store.leader_term() == 5
+            with pytest.raises(Fenced):
+                store.append("node-a", sharded("nodes/0", 6))
+            store.append("node-a", sharded("nodes/0", 7))
+            store.append("node-b", sharded("nodes/1", 2))

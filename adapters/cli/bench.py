@@ -28,6 +28,8 @@ __all__ = [
     "reliability",
     "replay",
     "serve",
+    "shard_counts",
+    "shards",
     "store",
 ]
 
@@ -49,6 +51,63 @@ def register(commands: Subcommands) -> None:
     _add_reliability(bench_commands)
     _add_extender(bench_commands)
     _add_replay(bench_commands)
+    _add_shards(bench_commands)
+
+
+def shard_counts(value: str) -> tuple[int, ...]:
+    """``--shards``: shard counts, comma-separated (``1,2,4``), each from 1 to 64, none twice."""
+    parts = value.split(",")
+    if not all(part.strip().isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"must be shard counts separated by commas, like 1,2,4, not {value!r}"
+        )
+    counts = tuple(int(part) for part in parts)
+    if not all(1 <= c <= _MAX_SHARDS for c in counts) or len(set(counts)) != len(counts):
+        raise argparse.ArgumentTypeError(
+            f"must be distinct shard counts from 1 to {_MAX_SHARDS} (a process each), not {value!r}"
+        )
+    return counts
+
+
+_MAX_SHARDS = 64
+"""The most child processes ``bench shards`` starts for one count."""
+
+
+def _add_shards(bench_commands: Subcommands) -> None:
+    parser = bench_commands.add_parser(
+        "shards",
+        help="node accounting split into shards, one process each: take-over and sync passes "
+        "of a fake fleet per shard count, wall and CPU seconds, speed-up against one shard",
+    )
+    parser.add_argument(
+        "--url",
+        type=database_url,
+        help="database server to make each count's scratch database on (default: "
+        f"${DATABASE_URL_ENV}, else the Postgres at 127.0.0.1:5432; sqlite:///FILE measures "
+        "SQLite)",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=count(maximum=1_000_000),
+        default=10_000,
+        help="nodes in the fake cluster (default 10000)",
+    )
+    parser.add_argument(
+        "--shards",
+        type=shard_counts,
+        default=(1, 2),
+        metavar="COUNTS",
+        help="shard counts to run, comma-separated, each on a fresh database (default 1,2)",
+    )
+    parser.add_argument(
+        "--passes",
+        type=count(minimum=0, maximum=10_000),
+        default=5,
+        help="sync passes after the take-over, each after a tenth of the nodes changed (default 5)",
+    )
+    parser.add_argument("--seed", type=seed, default=0, help="fixes which nodes change")
+    add_json(parser)
+    parser.set_defaults(run=shards)
 
 
 def _add_extender(bench_commands: Subcommands) -> None:
@@ -383,6 +442,19 @@ def serve(args: argparse.Namespace) -> int:
     else:
         print(report.render())
     return 0
+
+
+def shards(args: argparse.Namespace) -> int:
+    from fleetledger.adapters.benchmarks.shards import run_shards_bench
+
+    report = run_shards_bench(
+        args.url, nodes=args.nodes, shards=args.shards, passes=args.passes, seed=args.seed
+    )
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        print(report.render())
+    return 0 if report.passed else 1
 
 
 def extender(args: argparse.Namespace) -> int:

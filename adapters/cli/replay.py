@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TextIO
 
@@ -151,6 +152,30 @@ class Replayed:
         self.position = record.global_position
         self.recorded_at = record.recorded_at
 
+    def apply_page(self, records: Sequence[RecordedEvent]) -> None:
+        """Fold ``records``, in log order, as :meth:`apply` folds each: the page is sorted by
+        read model first, and each model folds its share at once. The models are independent
+        of one another, so only the order within each one's share counts, which is the log's."""
+        node_types, subnet_types = self._node_types, self._subnet_types
+        node_records: list[RecordedEvent] = []
+        subnet_records: list[RecordedEvent] = []
+        to_nodes, to_subnets = node_records.append, subnet_records.append
+        for record in records:
+            type_ = record.type
+            if type_ in node_types:
+                to_nodes(record)
+            elif type_ in subnet_types:
+                to_subnets(record)
+            elif type_.startswith("vm."):
+                grouper = record.metadata.get("grouper")
+                if isinstance(grouper, str):
+                    self._requests_of(grouper).apply(record)
+        self.nodes.apply_page(node_records)
+        self.subnets.apply_page(subnet_records)
+        if records:
+            self.position = records[-1].global_position
+            self.recorded_at = records[-1].recorded_at
+
     def _requests_of(self, grouper: str) -> MachineRequestsProjection:
         found = self.requests.get(grouper)
         if found is None:
@@ -198,7 +223,7 @@ def replay(
     """Every read model rebuilt from position 0 up to ``target`` (a position, the last event
     recorded at or before a time, or the head); the models and the position reached.
     ``ValueError`` for a position the log has not reached."""
-    from fleetledger.projections._reading import bulk_read
+    from fleetledger.projections._reading import bulk_read, log_pages
 
     head = store.head()
     if isinstance(target, int) and target > head:
@@ -206,23 +231,29 @@ def replay(
     last = target if isinstance(target, int) else head
     by_time = target if isinstance(target, datetime) else None
     models = Replayed()
-    reached, after = 0, 0
+    reached = 0
     with bulk_read():
-        while after < last:
-            page = store.read_all(after=after, limit=_PAGE)
-            records = [r for r in page if r.global_position <= last]
-            for record in records:
-                if by_time is not None and record.recorded_at > by_time:
-                    return models, reached
-                models.apply(record)
-                reached = record.global_position
-                if progress is not None:
-                    progress.advance(reached)
-            if len(records) < _PAGE:
+        for page in log_pages(store, page=_PAGE):
+            records = page[: _folded_part(page, last, by_time)]
+            models.apply_page(records)
+            if records:
+                reached = records[-1].global_position
+            if progress is not None:
+                for record in records:
+                    progress.advance(record.global_position)
+            if len(records) < len(page) or reached >= last:
                 break
-            after = records[-1].global_position
     # A position between two events (a gap in the log's positions) is still that position.
     return models, last if by_time is None else reached
+
+
+def _folded_part(page: list[RecordedEvent], last: int, by_time: datetime | None) -> int:
+    """How many of ``page``'s records a replay up to position ``last`` folds, stopping before
+    the first one recorded after ``by_time`` (if given)."""
+    for index, record in enumerate(page):
+        if record.global_position > last or (by_time is not None and record.recorded_at > by_time):
+            return index
+    return len(page)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """``fleetledger serve``: the HTTP API with the machines runtime, and beside it the other
 capabilities' runtimes, on one lease; with ``--extender-port``, the kube-scheduler extender on a
-listener of its own in the same process.
+listener of its own in the same process; with ``--nodes-shard I/N``, node accounting leading only
+partition I of N of the nodes on a lease of its own (:mod:`.serve_shards`).
 
 Both listeners are bound before anything else starts (a taken port fails the command at once) and
 served by one event loop; the first SIGTERM stops both gracefully, a second exits at once.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -47,6 +49,13 @@ from fleetledger.adapters.cli.serve_capabilities import (
     build_capabilities,
     build_lease,
     fenced_cloud,
+)
+from fleetledger.adapters.cli.serve_shards import (
+    NODES_SHARD_FORMAT,
+    check_interval,
+    lead_shard,
+    nodes_shard,
+    nodes_shard_spec,
 )
 from fleetledger.eventstore import EventStore, open_store
 from fleetledger.eventstore._engine import resolve_url
@@ -147,6 +156,15 @@ def register(commands: Subcommands) -> None:
         metavar="NAMESPACE",
         help="with --leader-election kubernetes: the Lease's namespace (default: the pod's "
         "own, else default)",
+    )
+    parser.add_argument(
+        "--nodes-shard",
+        type=nodes_shard_spec,
+        metavar=NODES_SHARD_FORMAT,
+        help="node accounting leads only this partition of the nodes (e.g. 1/4), on a lease, "
+        "term and fence of its own, while the other capabilities keep the process's; run each "
+        "partition on two processes or more for failover (default: every node, on the "
+        "process's lease)",
     )
     parser.add_argument(
         "--grace-seconds",
@@ -292,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         MachinesRuntime,
         build_cloud,
     )
-    from fleetledger.adapters.runtime.leadership import Leadership, default_holder
+    from fleetledger.adapters.runtime.leadership import default_holder
     from fleetledger.domain.errors import InvalidCommand
     from fleetledger.domain.machines import GrouperConfig
 
@@ -316,14 +334,7 @@ def run(args: argparse.Namespace) -> int:
             max_concurrent_batches=args.max_concurrent_batches,
         )
         holder = default_holder()
-        lease = build_lease(
-            resolve_url(args.url),
-            election=args.leader_election,
-            lease_seconds=args.lease_seconds,
-            holder=holder,
-            lease_name=args.lease_name,
-            lease_namespace=args.lease_namespace,
-        )
+        lease, nodes_lease = _leases(args, holder)
         tokens = ApiTokens(args.api_token) if args.api_token else ApiTokens.from_env()
         check_exposure(args.host, tokens, allow_open=args.insecure_no_auth)
         max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
@@ -350,13 +361,8 @@ def run(args: argparse.Namespace) -> int:
         choice.close()
         raise
     try:
-        leadership = Leadership(
-            store,
-            lease,
-            clock=clock,
-            holder=holder,
-            check_interval=max(0.2, args.lease_seconds / 5),
-            lease_seconds=args.lease_seconds,
+        leadership, led_shard = _leaderships(
+            store, lease, nodes_lease, clock=clock, holder=holder, lease_seconds=args.lease_seconds
         )
         runtime = MachinesRuntime(
             store,
@@ -377,6 +383,7 @@ def run(args: argparse.Namespace) -> int:
             cloud=choice.description,
             log=store,
             holder=leadership.holder,
+            nodes_shard=_described(led_shard),
             auth=f"{len(tokens)} bearer token(s)" if tokens else "none (open API)",
         )
         capabilities = build_capabilities(
@@ -386,6 +393,7 @@ def run(args: argparse.Namespace) -> int:
             runtime,
             cluster=args.cluster,
             testbeds_namespace=namespace,
+            nodes_shard=led_shard,
             **capability_options,
         )
         if anchoring is not None:
@@ -417,6 +425,61 @@ def run(args: argparse.Namespace) -> int:
         store.close()
         choice.close()
     return 0
+
+
+def _leases(args: argparse.Namespace, holder: str) -> tuple[Any, tuple[Any, Any] | None]:
+    """The process's lease and, with ``--nodes-shard``, the shard of the nodes it names with
+    the shard's own lease; ``ValueError`` saying what to fix (see ``build_lease``)."""
+    lease_of = functools.partial(
+        build_lease,
+        resolve_url(args.url),
+        election=args.leader_election,
+        lease_seconds=args.lease_seconds,
+        holder=holder,
+        lease_name=args.lease_name,
+        lease_namespace=args.lease_namespace,
+    )
+    lease = lease_of()
+    if args.nodes_shard is None:
+        return lease, None
+    shard = nodes_shard(args.nodes_shard)
+    return lease, (shard, lease_of(shard=shard))
+
+
+def _leaderships(
+    store: EventStore,
+    lease: Any,
+    nodes_lease: tuple[Any, Any] | None,
+    *,
+    clock: Any,
+    holder: str,
+    lease_seconds: float,
+) -> tuple[Any, Any]:
+    """The process's leadership on ``lease`` and, given a shard of the nodes and its lease,
+    the shard's leadership (a ``LedShard``), or None."""
+    from fleetledger.adapters.runtime.leadership import Leadership
+
+    leadership = Leadership(
+        store,
+        lease,
+        clock=clock,
+        holder=holder,
+        check_interval=check_interval(lease_seconds),
+        lease_seconds=lease_seconds,
+    )
+    if nodes_lease is None:
+        return leadership, None
+    shard, shard_lease = nodes_lease
+    return leadership, lead_shard(
+        store, shard_lease, shard, clock=clock, holder=holder, lease_seconds=lease_seconds
+    )
+
+
+def _described(led: Any) -> str:
+    """Which nodes this process's node accounting leads, for the start-up line."""
+    if led is None:
+        return "every node"
+    return f"shard {led.shard.name}"
 
 
 def _server_configs(

@@ -1,5 +1,7 @@
 """What ``serve`` runs beside the machines API: node accounting, subnets, slot testbeds and,
-given worker pools, placement — their runtimes and HTTP routers, on the process's leadership.
+given worker pools, placement — their runtimes and HTTP routers, on the process's leadership;
+node accounting, given a shard of the nodes (``--nodes-shard``), on that shard's leadership
+instead (:mod:`fleetledger.adapters.cli.serve_shards`).
 
 Node accounting and the testbeds read one cluster gateway (``--cluster``): an empty fake cluster,
 or the Kubernetes API, where the testbeds' jobs run as Spark or Flink applications in the
@@ -10,17 +12,24 @@ whose reservations are appended with expected versions, not as duties).
 Self-fencing: every side-effect port a runtime is given here — the cloud (:func:`fenced_cloud`,
 for the machines runtime ``serve`` builds), the cluster's writes, the applications — is wrapped
 in a guard that refuses the call once this process may no longer act on its lease (see
-:mod:`fleetledger.adapters.runtime.self_fencing`); the callers are unchanged.
+:mod:`fleetledger.adapters.runtime.self_fencing`); the callers are unchanged. The node
+accounting of a shard writes to the cluster under the shard's lease, not the process's: it may
+lead the one and not the other.
 
 The lease itself (:func:`build_lease`) is the database's (an advisory lock on Postgres, a lock
 file beside SQLite) or, with ``--leader-election kubernetes``, a ``coordination.k8s.io/v1``
-Lease (:mod:`fleetledger.adapters.kubernetes.lease`)."""
+Lease (:mod:`fleetledger.adapters.kubernetes.lease`); a shard's is the database's lease of the
+shard, or a Lease named after it (``<lease name>-nodes-<partition>``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fleetledger.adapters.cli.serve_shards import LedShard
+    from fleetledger.adapters.runtime import Shard
 
 __all__ = [
     "LEADER_ELECTIONS",
@@ -28,6 +37,7 @@ __all__ = [
     "build_capabilities",
     "build_lease",
     "fenced_cloud",
+    "shard_lease_name",
 ]
 
 LEADER_ELECTIONS = ("database", "kubernetes")
@@ -48,6 +58,8 @@ class Capabilities:
     metrics: Any = None
     """The registry ``/metrics`` serves on the API and the extender (one fold of the log), given
     the machines runtime."""
+    nodes: Any = None
+    """The node accounting runtime (also among ``runtimes``)."""
 
 
 def build_capabilities(
@@ -62,8 +74,13 @@ def build_capabilities(
     testbeds_namespace: str = "default",
     ipam_config: Any = None,
     search_steps: int | None = None,
+    nodes_shard: LedShard | None = None,
 ) -> Capabilities:
-    """The runtimes and routes served beside the machines API, on the process's leadership."""
+    """The runtimes and routes served beside the machines API, on the process's leadership;
+    node accounting, given ``nodes_shard``, leads only that shard's nodes on the shard's own
+    leadership (:func:`~fleetledger.adapters.cli.serve_shards.lead_shard`), campaigning for it
+    in a thread of its own while it runs."""
+    from fleetledger.adapters.cli.serve_shards import ShardRoles, leadership_router
     from fleetledger.adapters.cluster import ClusterHealth
     from fleetledger.adapters.heap import FrozenStartupHeap
     from fleetledger.adapters.http.agents import agents_router
@@ -87,9 +104,20 @@ def build_capabilities(
     )
     gateway, applications = _cluster(cluster, testbeds_namespace)
     fenced_gateway, fenced_applications = _fenced(gateway, applications, leadership)
-    nodes = NodesRuntime(
-        store, fenced_gateway, clock=clock, leadership=leadership, manage_leadership=False
-    )
+    if nodes_shard is None:
+        nodes = NodesRuntime(
+            store, fenced_gateway, clock=clock, leadership=leadership, manage_leadership=False
+        )
+    else:
+        # Its cluster writes are its shard's duties: self-fenced by the shard's lease.
+        nodes = NodesRuntime(
+            store,
+            _fenced(gateway, applications, nodes_shard.leadership)[0],
+            clock=clock,
+            leadership=nodes_shard.leadership,
+            manage_leadership=True,
+            shard=nodes_shard.shard,
+        )
     testbeds = TestbedsRuntime(
         store,
         fenced_gateway,
@@ -103,7 +131,13 @@ def build_capabilities(
     checks: list[Callable[[], Sequence[str]]] = []
     if isinstance(gateway, ClusterHealth):
         checks.append(gateway.problems)
-    routers: list[Any] = [agents_router(nodes), subnets_router(ipam), testbeds_router(testbeds)]
+    shards = [] if nodes_shard is None else [nodes_shard]
+    routers: list[Any] = [
+        agents_router(nodes),
+        subnets_router(ipam),
+        testbeds_router(testbeds),
+        leadership_router(leadership, shards),
+    ]
     placement: Any = None
     if pools:
         from fleetledger.adapters.http.workloads import workloads_router
@@ -120,13 +154,17 @@ def build_capabilities(
         checks.append(lambda: [f"duty stalled: {stall}" for stall in placement.stalls()])
     # Last, so that it freezes what every runtime loaded at start-up.
     runtimes.append(FrozenStartupHeap())
+    metrics = None if machines is None else runtime_metrics(machines, placement=placement)
+    if metrics is not None and shards:
+        metrics.register(ShardRoles(shards))
     return Capabilities(
         runtimes=runtimes,
         routers=routers,
         cluster=gateway,
         testbeds=testbeds,
         readiness_checks=checks,
-        metrics=None if machines is None else runtime_metrics(machines, placement=placement),
+        metrics=metrics,
+        nodes=nodes,
     )
 
 
@@ -161,10 +199,13 @@ def build_lease(
     holder: str,
     lease_name: str | None = None,
     lease_namespace: str | None = None,
+    shard: Shard | None = None,
 ) -> Any:
-    """The leader lease ``serve`` campaigns for; ``ValueError`` saying what to fix for an
-    unknown election, a lease name or namespace Kubernetes would refuse, or a Kubernetes
-    option given with the database's lease."""
+    """The leader lease ``serve`` campaigns for, or with ``shard`` that shard's own; a
+    ``ValueError`` saying what to fix for an unknown election, a lease name or namespace
+    Kubernetes would refuse, or a Kubernetes option given with the database's lease.
+
+    A shard's Kubernetes Lease is named after it (:func:`shard_lease_name`)."""
     from fleetledger.adapters.runtime.leadership import lease_for
 
     if election not in LEADER_ELECTIONS:
@@ -177,7 +218,7 @@ def build_lease(
                 "--lease-name and --lease-namespace name a Kubernetes Lease: give "
                 "--leader-election kubernetes too"
             )
-        return lease_for(url, lease_seconds=lease_seconds)
+        return lease_for(url, lease_seconds=lease_seconds, shard=shard)
     from fleetledger.adapters.kubernetes.lease import (
         DEFAULT_LEASE_NAME,
         KubernetesLease,
@@ -187,6 +228,8 @@ def build_lease(
     )
 
     name = check_lease_name(DEFAULT_LEASE_NAME if lease_name is None else lease_name)
+    if shard is not None:
+        name = check_lease_name(shard_lease_name(name, shard))
     namespace = check_namespace(pod_namespace() if lease_namespace is None else lease_namespace)
     return KubernetesLease(
         _kubernetes_api_client(),
@@ -195,6 +238,15 @@ def build_lease(
         holder=holder,
         lease_seconds=lease_seconds,
     )
+
+
+def shard_lease_name(lease_name: str, shard: Shard) -> str:
+    """The Kubernetes Lease of ``shard`` beside the process's Lease ``lease_name``: the shard's
+    name with ``/`` as ``-`` (``fleetledger-nodes-0-of-2``). An object's name is a DNS
+    subdomain, which has no ``/``; a capability has no ``-``, so no two shards share a name.
+    Like the shard's name it holds the count: partitions of different counts overlap, so they
+    are never one lease."""
+    return f"{lease_name}-{shard.name.replace('/', '-')}"
 
 
 def _kubernetes_api_client() -> Any:

@@ -298,7 +298,12 @@ def _run_fleet(args: argparse.Namespace) -> int:
     if args.url is not None:
         print(f"fleetledger: migrating {args.url} to the schema's head", file=sys.stderr)
     url = args.url if args.url is not None else _fresh_simulation_log()
-    report = run_fleet_scenario(1 if args.seed is None else args.seed, url=url, settings=settings)
+    report = run_fleet_scenario(
+        1 if args.seed is None else args.seed,
+        url=url,
+        settings=settings,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     if args.json:
         print_json({**report.to_dict(), "log_url": url})
         return 0

@@ -55,6 +55,7 @@ COMMAND_FLAGS: dict[str, dict[str, str]] = {
         "lease_seconds": "leadership.lease_seconds",
         "lease_name": "leadership.lease_name",
         "lease_namespace": "leadership.lease_namespace",
+        "nodes_shard": "nodes.shard",
         "cloud": "cloud.kind",
         "fake_latency": "cloud.fake_latency",
         "fake_cloud_file": "cloud.fake_cloud_file",

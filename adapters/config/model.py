@@ -46,6 +46,7 @@ from fleetledger.adapters.cli.options import (
     seconds,
 )
 from fleetledger.adapters.cli.options import max_body_bytes as body_limit
+from fleetledger.adapters.cli.serve_shards import nodes_shard_spec
 
 __all__ = [
     "ENVIRONMENT_NAMES",
@@ -60,6 +61,7 @@ __all__ = [
     "IpamSettings",
     "LeadershipSettings",
     "LogSettings",
+    "NodesSettings",
     "PlacementSettings",
     "PoolSettings",
     "ServeSettings",
@@ -219,6 +221,26 @@ class LeadershipSettings(_Section):
     lease_seconds: LeaseSeconds = 10.0
     lease_name: Name | None = None
     lease_namespace: Name | None = None
+
+
+def _nodes_shard(value: object) -> object:
+    # Text only: a TOML number (``shard = 0``) is no partition of a count.
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid(f'must be text PARTITION/COUNT, like "0/2", not {value!r}')
+    try:
+        return nodes_shard_spec(value)
+    except argparse.ArgumentTypeError as e:
+        raise invalid(str(e)) from e
+
+
+class NodesSettings(_Section):
+    """Node accounting."""
+
+    shard: Annotated[str | None, BeforeValidator(_nodes_shard)] = None
+    """``PARTITION/COUNT``: lead only that partition of the nodes, on a lease, term and fence
+    of its own (``serve --nodes-shard``); ``None``: every node, on the process's lease."""
 
 
 def _write_rate(value: object) -> object:
@@ -388,6 +410,7 @@ class Settings(BaseSettings):
     log: LogSettings = LogSettings()
     serve: ServeSettings = ServeSettings()
     leadership: LeadershipSettings = LeadershipSettings()
+    nodes: NodesSettings = NodesSettings()
     cloud: CloudSettings = CloudSettings()
     batching: BatchingSettings = BatchingSettings()
     placement: PlacementSettings = PlacementSettings()

@@ -13,6 +13,13 @@ are held at the log-bound startup reservation (seed 04, "Startup uncertainty"). 
 with the cluster, every ``sync_seconds`` from a thread, and runs the migration reactor. Agents'
 requests are accepted by any process, leader or not.
 
+With a ``shard`` (a partition of the nodes, led by a :class:`Leadership` of that shard), the
+leader's duties — the take-over, cluster sync and the migration reactor — touch only the nodes
+the shard owns, and the take-over's incarnation is past every incarnation those nodes have had
+as well as the term (a shard's terms start at 1, below the incarnations an earlier leadership
+of these nodes, unsharded or of another partition count, gave them). The read model and agents'
+requests stay whole: any process answers any agent (docs/SCALING.md, "Leadership per shard").
+
 ``threads=False`` wires the same without a thread: tests and the simulator call :meth:`step`.
 """
 
@@ -20,19 +27,28 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 import structlog
 
 from fleetledger.adapters.clock import Clock, SystemClock
 from fleetledger.adapters.cluster import ClusterGateway
-from fleetledger.adapters.runtime import DutyFencing, LogFollower, NoFencing, RetryPolicy, Writer
+from fleetledger.adapters.runtime import (
+    DutyFencing,
+    LogFollower,
+    NoFencing,
+    RetryPolicy,
+    Shard,
+    Writer,
+)
 from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
-from fleetledger.adapters.runtime.reactors import Reactors
-from fleetledger.domain.nodes import NodeConfig, StartupRule
+from fleetledger.adapters.runtime.reactors import Reactor, Reactors
+from fleetledger.domain.nodes import NodeConfig, NodeEvent, StartupRule
 from fleetledger.eventstore import EventStore
 from fleetledger.projections.nodes import NODE_EVENT_TYPE_NAMES, NodesProjection, dump_json
 
+from .aggregate import node_of_stream
 from .errors import RuntimeStopped
 from .migrations import FakeMigrations, Migrations, migration_reactor
 from .service import NodeService
@@ -62,6 +78,7 @@ class NodesRuntime:
         threads: bool = True,
         leadership: Leadership | None = None,
         manage_leadership: bool = True,
+        shard: Shard | None = None,
         actor: str = "fleetledger",
         retry: RetryPolicy | None = None,
         snapshot_every: int = 1000,
@@ -70,6 +87,8 @@ class NodesRuntime:
     ) -> None:
         if sync_seconds <= 0:
             raise ValueError(f"sync_seconds must be positive, got {sync_seconds}")
+        _check_shard(shard, leadership)
+        self.shard = shard
         self.store = store
         self.cluster = cluster
         self.migrations: Migrations = migrations if migrations is not None else FakeMigrations()
@@ -93,7 +112,9 @@ class NodesRuntime:
             snapshot_every=snapshot_every,
             locate=self._locate,
         )
-        self.sync = ClusterSync(self.service, cluster, config=config, node_label=node_label)
+        self.sync = ClusterSync(
+            self.service, cluster, config=config, node_label=node_label, shard=shard
+        )
         # Every read of the model catches it up first: the follower only keeps that short.
         self._follower = LogFollower(
             store,
@@ -103,7 +124,7 @@ class NodesRuntime:
         )
         self._reactors = Reactors(
             store,
-            [migration_reactor(self.service, self.migrations)],
+            [self._migration_reactor()],
             poll_interval=reactor_poll_seconds,
             recent=self.projection.recent,
         )
@@ -111,6 +132,10 @@ class NodesRuntime:
         self._stop_sync = threading.Event()
         self._sync_thread: threading.Thread | None = None
         self.last_restart: SyncReport | None = None
+        # A take-over is due (the term it was elected in), and the incarnation it takes the
+        # nodes over as once worked out: kept for the retries, so a retry after a partly landed
+        # take-over goes on with the same incarnation instead of starting another.
+        self._due: tuple[int | None] | None = None
         self._pending_incarnation: int | None = None
         self.duties = Duties(
             leadership,
@@ -165,7 +190,7 @@ class NodesRuntime:
         """Without threads: one cluster sync (as leader), the reactors and the read model."""
         if not self._running:
             raise RuntimeStopped("the nodes runtime is not running; start() it first")
-        if self.leading and self._pending_incarnation is not None:
+        if self.leading and self._due is not None:
             self._take_over()
         report = self.sync.sync() if self.leading else SyncReport()
         if self.leading:
@@ -185,7 +210,7 @@ class NodesRuntime:
     # -- leading and following -------------------------------------------------------------------
 
     def _lead(self, term: int | None) -> None:
-        self._pending_incarnation = term if term is not None else self._next_incarnation()
+        self._due, self._pending_incarnation = (term,), None
         try:
             self._take_over()
         except Exception as e:
@@ -203,10 +228,13 @@ class NodesRuntime:
 
     def _take_over(self) -> None:
         """The restart rule for the pending incarnation (once), then a sync pass."""
-        incarnation = self._pending_incarnation
-        if incarnation is not None:
+        due = self._due
+        if due is not None:
+            if self._pending_incarnation is None:
+                self._pending_incarnation = self._incarnation(due[0])
+            incarnation = self._pending_incarnation
             self.last_restart = self.sync.restart(incarnation, rule=self.rule)
-            self._pending_incarnation = None
+            self._due, self._pending_incarnation = None, None
             log.info(
                 "took nodes over",
                 incarnation=incarnation,
@@ -226,9 +254,34 @@ class NodesRuntime:
         self.projection.catch_up(self.store)
         return self.projection.node_of(pod)
 
+    def _incarnation(self, term: int | None) -> int:
+        """The incarnation to take the nodes over as: the term (terms only grow), else one past
+        the highest incarnation the nodes have had. A shard's leader takes whichever is higher,
+        from the log as of now (this process's streams of nodes it did not lead may be stale)."""
+        if self.shard is None:
+            return term if term is not None else self._next_incarnation()
+        self.projection.catch_up(self.store, to_head=True)
+        owned = [
+            state.incarnation
+            for name, state in self.projection.states().items()
+            if self.shard.owns(name)
+        ]
+        return max(term or 0, max(owned, default=0) + 1)
+
     def _next_incarnation(self) -> int:
         known = [state.incarnation for state in self.service.hosted().values()]
         return max(known, default=0) + 1
+
+    def _migration_reactor(self) -> Reactor[NodeEvent]:
+        shard = self.shard
+        if shard is None:
+            return migration_reactor(self.service, self.migrations)
+        # A checkpoint of its own: one shared with another shard's reactor would be moved past
+        # that shard's migrations by this one, which skips them.
+        reactor = migration_reactor(
+            self.service, self.migrations, name=f"nodes-migrations-{shard.name}"
+        )
+        return replace(reactor, streams=lambda stream_id: _owns_stream(shard, stream_id))
 
     def _sync_loop(self) -> None:
         while not self._stop_sync.wait(self._sync_seconds):
@@ -237,3 +290,24 @@ class NodesRuntime:
             except Exception as e:
                 # The next pass lists the cluster afresh; one failed pass loses nothing.
                 log.warning("cluster sync failed; retrying next pass", error=str(e))
+
+
+def _owns_stream(shard: Shard, stream_id: str) -> bool:
+    node = node_of_stream(stream_id)
+    return node is not None and shard.owns(node)
+
+
+def _check_shard(shard: Shard | None, leadership: Leadership | None) -> None:
+    """A runtime of a shard is led by that shard's leadership, and a shard's leadership leads
+    only that shard's nodes: any other pairing would let two leaders act on one node."""
+    if shard is not None and shard.capability != "nodes":
+        raise ValueError(
+            f"a nodes runtime leads a shard of the nodes (like 'nodes/0-of-2'), got {shard.name!r}"
+        )
+    led = None if leadership is None else leadership.shard
+    if leadership is not None and led != (None if shard is None else shard.name):
+        raise ValueError(
+            f"the leadership leads {f'shard {led!r}' if led else 'every node'} but the runtime "
+            f"was given {f'shard {shard.name!r}' if shard else 'no shard'}: give both the same "
+            "shard (a Leadership(shard=...) and NodesRuntime(shard=...)), or neither"
+        )

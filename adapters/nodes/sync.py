@@ -15,18 +15,21 @@ One node's commands go in one submission, and the submissions of a pass share co
 of many nodes, :func:`~fleetledger.adapters.runtime.execute_each`); a node whose cluster view
 equals its state gets none. A command the node refuses (a pod that does not fit a node it is not
 bound to, unreadable VM annotations) is logged and left out, and the node's others go again.
+
+Given a :class:`~fleetledger.adapters.runtime.Shard`, passes and take-overs visit only the nodes
+of its partition: another process leads the others (docs/SCALING.md, "Leadership per shard").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import structlog
 
 from fleetledger.adapters.cluster import ClusterGateway, Node, Pod
-from fleetledger.adapters.runtime import CommandRefused, Plan, execute_each
+from fleetledger.adapters.runtime import CommandRefused, Plan, Shard, execute_each
 from fleetledger.domain.nodes import (
     ChangeNodeConfig,
     ChangeVmLimits,
@@ -75,7 +78,10 @@ class SyncReport:
 
 
 class ClusterSync:
-    """Reconciles the hosted nodes with the cluster; not thread-safe (one caller: the leader)."""
+    """Reconciles the hosted nodes with the cluster; not thread-safe (one caller: the leader).
+
+    ``shard``: reconcile and take over only the nodes it owns.
+    """
 
     def __init__(
         self,
@@ -84,9 +90,11 @@ class ClusterSync:
         *,
         config: NodeConfig | Callable[[str], NodeConfig] = DEFAULT_NODE_CONFIG,
         node_label: str | None = None,
+        shard: Shard | None = None,
     ) -> None:
         self._service = service
         self._cluster = cluster
+        self.shard = shard
         self._config = config if callable(config) else (lambda _node, c=config: c)
         self._node_label = node_label
         # Each node the last pass found in step with the cluster, with what it compared: the
@@ -106,7 +114,7 @@ class ClusterSync:
         pods = self._pods_by_node()
         work: dict[str, list[Build]] = {}
         logged = set(self._service.logged_nodes())
-        for name in sorted(set(listed) | logged):
+        for name in self._visited(listed, logged):
             node = listed.get(name)
             state = self._stream(name, logged).state
             if node is None:
@@ -140,7 +148,7 @@ class ClusterSync:
         listed = {n.name: n for n in self._cluster.list_nodes(label=self._node_label)}
         pods = self._pods_by_node()
         logged = set(self._service.logged_nodes())
-        names = sorted(set(listed) | logged)
+        names = self._visited(listed, logged)
         joins: dict[str, list[Build]] = {}
         for name in names:
             node = listed.get(name)
@@ -157,6 +165,15 @@ class ClusterSync:
         sent = self._send_each(restarts, report)
         report.nodes_restarted += sum(1 for events in sent.values() if events)
         return report
+
+    def _visited(self, listed: Mapping[str, Node], logged: set[str]) -> list[str]:
+        """The nodes a pass visits, in order: every node the cluster or the log shows — of the
+        shard's partition only, with a shard."""
+        names = set(listed) | logged
+        shard = self.shard
+        if shard is not None:
+            names = {name for name in names if shard.owns(name)}
+        return sorted(names)
 
     def _stream(self, name: str, logged: set[str]) -> NodeStream:
         # A node the log never showed joining has nothing to read back: a fleet's first pass

@@ -212,6 +212,11 @@ class PlacementRuntime:
         """Return the workload's capacity (its node's stream records the release)."""
         self.service.release(workload_id, discard=self.collector.discard)
 
+    def release_each(self, workload_ids: Sequence[str]) -> dict[str, PlacementError]:
+        """:meth:`release` each workload, the placed ones in one append; those that could not
+        be released, with why."""
+        return self.service.release_each(workload_ids, discard=self.collector.discard)
+
     def set_worker_status(self, node: str, status: WorkerStatus) -> None:
         self.service.set_worker_status(node, status)
 

@@ -86,7 +86,7 @@ from fleetledger.adapters.runtime import LogUnavailable as HostUnavailable
 from fleetledger.adapters.runtime import RetryPolicy, Writer, append_decision
 from fleetledger.domain import nodes
 from fleetledger.domain.errors import Rejected
-from fleetledger.domain.nodes import DeletePod, NodeState
+from fleetledger.domain.nodes import DeletePod, NodeEvent, NodeState
 from fleetledger.domain.placement import (
     DEFAULT_SEARCH_STEPS,
     PendingWorker,
@@ -216,6 +216,8 @@ class _Run:
     dropped: list[str] = field(default_factory=list)
     # The workload streams the append carries: their state once it lands, and the version.
     recorded: dict[str, tuple[int, Workload]] = field(default_factory=dict)
+    # The reservations the append carries, one per node stream.
+    reservations: list[StreamAppend] = field(default_factory=list)
     reads: int = 1
     appends: int = 0
     conflicts: int = 0
@@ -563,6 +565,35 @@ class PlacementService:
                 self._lock.wait(left)
         return self.status(workload_id)
 
+    def release_each(
+        self, workload_ids: Sequence[str], *, discard: Callable[[str], bool] | None = None
+    ) -> dict[str, PlacementError]:
+        """:meth:`release` each of ``workload_ids``, the placed ones in one append for all of
+        them and their nodes (a round of departures is one commit, not one each). The
+        workloads that could not be released, with the error :meth:`release` would raise;
+        the others are released."""
+        placed: list[tuple[str, str]] = []
+        errors: dict[str, PlacementError] = {}
+        others: list[str] = []
+        for workload_id in workload_ids:
+            try:
+                current = self.status(workload_id)
+            except UnknownWorkload as e:
+                errors[workload_id] = e
+                continue
+            if current.state == "placed" and current.node is not None:
+                placed.append((workload_id, current.node))
+            else:
+                others.append(workload_id)
+        errors.update(self._release_placed_each(placed))
+        self._mark_released([w for w, _ in placed if w not in errors])
+        for workload_id in others:
+            try:
+                self.release(workload_id, discard=discard)
+            except PlacementError as e:
+                errors[workload_id] = e
+        return errors
+
     def release(self, workload_id: str, *, discard: Callable[[str], bool] | None = None) -> None:
         """Return the workload's capacity — from its node, from the worker it waits for, or
         from the backlog — and record the release on its stream (for a placed workload in the
@@ -586,8 +617,12 @@ class PlacementService:
                                 self._waiting.unwait(request)
                     elif current.state == "queued" and discard is not None:
                         discard(workload_id)
+        self._mark_released([workload_id])
+
+    def _mark_released(self, workload_ids: Sequence[str]) -> None:
         with self._lock:
-            self._statuses[workload_id] = WorkloadStatus(workload_id, "released")
+            for workload_id in workload_ids:
+                self._statuses[workload_id] = WorkloadStatus(workload_id, "released")
             self._lock.notify_all()
 
     def _record_release(self, workload_id: str) -> None:
@@ -605,41 +640,121 @@ class PlacementService:
         raise LogUnavailable(f"{workload_id}'s stream kept changing; release it again")
 
     def _release_placed(self, workload_id: str, node: str) -> None:
-        stream = self._nodes.stream(node)
+        error = self._release_placed_each([(workload_id, node)]).get(workload_id)
+        if error is not None:
+            raise error
+
+    def _release_placed_each(
+        self, placed: Sequence[tuple[str, str]]
+    ) -> dict[str, PlacementError | LogUnavailable]:
+        """Release each placed ``(workload, node)``: its node's ``PodDeleted`` and its own
+        release, all of them in one append. The workloads that could not be released, with
+        why; the rest are released."""
+        by_node: dict[str, list[str]] = {}
+        for workload_id, node in placed:
+            by_node.setdefault(node, []).append(workload_id)
+        errors: dict[str, PlacementError | LogUnavailable] = {}
+        # A stream is decided on as hosted once it holds what this service appended to it;
+        # after a conflict it is read back whole.
+        stale: set[str] = set()
         for _ in range(self._retry.conflict_attempts):
             try:
-                # The hosted stream may not have folded this service's own batch appends yet;
-                # a DeletePod decided on that state would find no pod and release nothing.
-                stream.load()
-                version, state = stream.version, stream.state
-                events = nodes.decide(state, DeletePod(workload_id, at=self._clock.now()))
+                decided_nodes = self._decide_deletions(by_node, stale, errors)
             except StoreUnavailable as e:
-                raise LogUnavailable(f"could not release {workload_id}: {e}") from e
-            except Rejected as e:
-                raise PlacementError(f"node {node} could not release {workload_id}: {e}") from e
-            appends, decided = self._release_appends(workload_id)
-            if events:
-                cause = f"release:{workload_id}"
-                appends.insert(
-                    0,
-                    node_append(node, version, events, [cause] * len(events), writer=self._writer),
-                )
+                failed = LogUnavailable(f"could not release {len(placed)} workloads: {e}")
+                return {workload_id: failed for workload_id, _ in placed}
+            appends: list[StreamAppend] = []
+            decided: dict[str, tuple[int, Workload]] = {}
+            for node, (version, events, released) in decided_nodes.items():
+                if events:
+                    causes = [f"release:{workload_id}" for workload_id in released]
+                    appends.append(node_append(node, version, events, causes, writer=self._writer))
+            for workload_id in (w for ids in by_node.values() for w in ids):
+                if workload_id in errors:
+                    continue
+                more, state = self._release_appends(workload_id)
+                appends.extend(more)
+                decided.update(state)
             if not appends:
-                return
+                return errors
             try:
                 self._append(appends)
             except WrongExpectedVersion as e:
-                if node_of_stream(e.stream_id) is None:
+                moved = node_of_stream(e.stream_id)
+                if moved is None:
                     self._reload(e)
+                else:
+                    stale.add(moved)
                 continue
+            except LogUnavailable as e:
+                return {w: e for w, _ in placed if w not in errors} | errors
             self._recorded(decided)
+            self._fold_deletions(decided_nodes, appends)
+            return errors
+        failed = LogUnavailable(
+            f"nodes {', '.join(sorted(by_node))} kept changing while their workloads were "
+            "released; release them again"
+        )
+        return {w: failed for w, _ in placed if w not in errors} | errors
+
+    def _decide_deletions(
+        self,
+        by_node: Mapping[str, list[str]],
+        stale: set[str],
+        errors: dict[str, PlacementError | LogUnavailable],
+    ) -> dict[str, tuple[int, list[NodeEvent], list[str]]]:
+        """Per node: the version decided on, the ``PodDeleted`` events of its workloads and
+        which workloads they release; a workload its node refuses goes into ``errors``."""
+        at = self._clock.now()
+        decided: dict[str, tuple[int, list[NodeEvent], list[str]]] = {}
+        for node, workload_ids in by_node.items():
+            stream = self._nodes.stream(node)
+            known = self._known.get(node)
+            if node in stale or known is None:
+                stream.load()
+            else:
+                # Holding this service's own reservations is all a release needs of the
+                # hosted stream: a DeletePod decided on a state without the pod would release
+                # nothing. Another writer's events make the append conflict (read back then).
+                stream.load(through_version=known[0])
+            version, state = stream.version, stream.state
+            events: list[NodeEvent] = []
+            released: list[str] = []
+            for workload_id in workload_ids:
+                try:
+                    deleted = nodes.decide(state, DeletePod(workload_id, at=at))
+                except Rejected as e:
+                    errors[workload_id] = PlacementError(
+                        f"node {node} could not release {workload_id}: {e}"
+                    )
+                    continue
+                for event in deleted:
+                    state = nodes.evolve(state, event)
+                events.extend(deleted)
+                released.extend([workload_id] * len(deleted))
+            decided[node] = (version, events, released)
+        return decided
+
+    def _fold_deletions(
+        self,
+        decided: Mapping[str, tuple[int, list[NodeEvent], list[str]]],
+        appends: Sequence[StreamAppend],
+    ) -> None:
+        """Hand the committed ``PodDeleted`` events to their hosted streams (their pod index
+        forgets the workloads), reading back only a stream that moved meanwhile."""
+        records = {append.stream_id: append.events for append in appends}
+        for node, (version, events, _) in decided.items():
+            if not events:
+                continue
+            stream = self._nodes.stream(node)
+            ids = [str(record.event_id) for record in records[nodes.stream_id(node)]]
+            if stream.fold_committed(events, first_version=version + 1, event_ids=ids):
+                continue
             try:
-                stream.load()  # fold the PodDeleted: the node's pod index forgets the workload
+                stream.load()
             except StoreUnavailable as e:
                 # Released in the log all the same; the next load folds it.
                 log.warning("released; the node's stream will catch up", node=node, error=str(e))
-            return
-        raise LogUnavailable(f"node {node} kept changing while {workload_id} was released")
 
     def _release_appends(
         self, workload_id: str
@@ -743,6 +858,7 @@ class PlacementService:
             self._abandon(run)
             raise
         self._committed(run.touched, run.placed)
+        self._fold_reservations(run)
         self._recorded(run.recorded)
         self._answered_elsewhere(run.dropped)
         if run.requeued:
@@ -785,7 +901,8 @@ class PlacementService:
         """Append the batch's reservations and outcomes, planned again on conflicts."""
         while True:
             outcomes = self._outcome_appends(run)  # first: it may take placements out
-            appends = node_appends(run.touched, self._writer) + outcomes
+            run.reservations = node_appends(run.touched, self._writer)
+            appends = run.reservations + outcomes
             if not appends:
                 return
             try:
@@ -1039,6 +1156,22 @@ class PlacementService:
                 request = self._requests.pop(rid, None)
                 if request is not None:
                     self._waiting.unwait(request)  # a repeat of a waiting workload, now placed
+
+    def _fold_reservations(self, run: _Run) -> None:
+        """Hand the committed reservations to the hosted node streams, so that they need not
+        read them back: a release, an agent's request or a sync pass on the node next decides
+        on a stream that holds them. A stream that moved meanwhile reads them when next
+        loaded."""
+        for append in run.reservations:
+            node = node_of_stream(append.stream_id)
+            assert node is not None
+            batch = run.touched[node]
+            events, _, _ = batch.decided()
+            self._nodes.stream(node).fold_committed(
+                events,
+                first_version=batch.version + 1,
+                event_ids=[str(record.event_id) for record in append.events],
+            )
 
     def _answered_elsewhere(self, workload_ids: Sequence[str]) -> None:
         """Workloads another process placed or released meanwhile: their status is the log's."""

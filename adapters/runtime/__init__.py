@@ -12,8 +12,9 @@ stream naming — and its reactors. The host owns the rest, once:
 - :class:`Reactors`: run side effects from checkpointed subscriptions of the log, only while
   this process leads;
 - :class:`LogFollower`: keep an in-memory read model current;
-- :class:`Leadership`: elect one leader per database, record each term in the log, fence
-  deposed terms (the store refuses their appends) and step down at once when fenced;
+- :class:`Leadership`: elect one leader per database — or per :class:`Shard`, a partition of a
+  capability's aggregates — record each term in the log, fence deposed terms (the store refuses
+  their appends) and step down at once when fenced;
 - self-fencing (:class:`FencedCloud`, :class:`FencedCluster`, :class:`FencedApplications`): a
   leader past its lease's local deadline makes no more cloud or cluster calls;
 - task runners for reactors' long work.
@@ -25,6 +26,7 @@ from .aggregate import Aggregate, SnapshotCodec
 from .appends import RetryPolicy, append_decision
 from .codec import (
     EVENT_ID_NAMESPACE,
+    LEADER_SHARD_KEY,
     LEADER_TERM_KEY,
     EventCodec,
     correlation_of,
@@ -53,6 +55,7 @@ from .self_fencing import (
     LeaseExpired,
     SelfFence,
 )
+from .shards import Shard, partition_of, shard_name
 from .stream import (
     Companions,
     Decision,
@@ -64,11 +67,13 @@ from .stream import (
     Plan,
     Writer,
     execute_each,
+    fencing_shard,
     opening_append,
 )
 
 __all__ = [
     "EVENT_ID_NAMESPACE",
+    "LEADER_SHARD_KEY",
     "LEADER_TERM_KEY",
     "Aggregate",
     "ClockDriver",
@@ -104,6 +109,7 @@ __all__ = [
     "Reactors",
     "RetryPolicy",
     "SelfFence",
+    "Shard",
     "SnapshotCodec",
     "TaskRunner",
     "ThreadRunner",
@@ -113,6 +119,9 @@ __all__ = [
     "event_id",
     "events_of",
     "execute_each",
+    "fencing_shard",
     "lease_for",
     "opening_append",
+    "partition_of",
+    "shard_name",
 ]

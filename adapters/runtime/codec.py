@@ -14,7 +14,8 @@ alone, so ids over (stream, version) only would let a different decision pass as
 Metadata (docs/ARCHITECTURE.md, "The log"): ``correlation_id`` (the request an event is about,
 else the entity it concerns), ``causation_id`` (the command or event that caused it), ``actor``, any
 fixed labels of the writer (e.g. ``grouper``) and, for the leader's duties, ``leader_term`` (the
-store refuses a deposed term). None of it is part of the id: the same decision is the same event
+store refuses a deposed term) with, for a shard's leader, ``leader_shard`` (the store fences the
+term against that shard's own). None of it is part of the id: the same decision is the same event
 whoever re-sends it.
 """
 
@@ -31,6 +32,7 @@ from fleetledger.eventstore import NewEvent, RecordedEvent, canonical_json
 
 __all__ = [
     "EVENT_ID_NAMESPACE",
+    "LEADER_SHARD_KEY",
     "LEADER_TERM_KEY",
     "CodecError",
     "EventCodec",
@@ -44,6 +46,9 @@ EVENT_ID_NAMESPACE: Final = uuid.UUID("7f1d3c52-3a8e-5b0c-9d41-0e6a2f6c8b17")
 
 LEADER_TERM_KEY: Final = "leader_term"
 """The metadata key the event store reads a fencing term from."""
+
+LEADER_SHARD_KEY: Final = "leader_shard"
+"""The metadata key naming the shard whose term fences an event (only beside a term)."""
 
 E = TypeVar("E")
 
@@ -134,11 +139,13 @@ class EventCodec(Generic[E]):
         actor: str,
         labels: Mapping[str, object] | None = None,
         leader_terms: Sequence[int | None] | None = None,
+        leader_shard: str | None = None,
     ) -> list[NewEvent]:
         """``events`` as the records to append at ``first_version``, ``first_version + 1``, …
 
         ``causation_ids[i]`` is what caused ``events[i]``; ``leader_terms[i]``, when given and
-        not ``None``, fences ``events[i]`` to that leader term.
+        not ``None``, fences ``events[i]`` to that leader term — of ``leader_shard``'s leader
+        when given. An event without a term carries no shard: the store refuses a shard alone.
         """
         if len(causation_ids) != len(events):
             raise ValueError("give one causation id per event")
@@ -158,6 +165,8 @@ class EventCodec(Generic[E]):
             term = None if leader_terms is None else leader_terms[offset]
             if term is not None:
                 metadata[LEADER_TERM_KEY] = term
+                if leader_shard is not None:
+                    metadata[LEADER_SHARD_KEY] = leader_shard
             records.append(
                 NewEvent(
                     type_name,

@@ -17,6 +17,12 @@ Two parts:
   deposed from its heartbeat (the lease is gone) or from a fenced append, whichever comes first,
   and then stops its reactors and drivers at once and goes back to following.
 
+A leadership may be of one **shard** (:mod:`~fleetledger.adapters.runtime.shards`; docs/SCALING.md,
+"Leadership per shard"): its lease is the shard's (:func:`lease_for` with ``shard``), its terms
+go in ``leadership-<shard>``, and its election and duty appends name the shard beside the term,
+so the store fences them against that shard's term alone. Shards are won and lost independently,
+and a process may lead several, each with its own :class:`Leadership`.
+
 Learning it from the heartbeat can take too long: a leader cut off from the database (or the
 Kubernetes API) may not hear back from its renewal until well after the lease has passed to
 another process, and meanwhile it could still call the cloud. So a leader given
@@ -52,6 +58,7 @@ from fleetledger.eventstore import EventStore, EventStoreError, Fenced, WrongExp
 from fleetledger.eventstore._engine import libpq_conninfo, normalise_url
 
 from .codec import EventCodec
+from .shards import Shard, shard_lock_key, shard_name
 
 __all__ = [
     "LEADERSHIP_CODEC",
@@ -240,19 +247,29 @@ class MemoryLease:
         self.release()
 
 
-def lease_for(url: str, *, lease_seconds: float = 10.0) -> Lease:
+def lease_for(url: str, *, lease_seconds: float = 10.0, shard: Shard | str | None = None) -> Lease:
     """The lease that fits the database at ``url``: an advisory lock on Postgres, a lock file
-    beside the database file on SQLite."""
+    beside the database file on SQLite.
+
+    With ``shard``, that shard's own lease: on Postgres the advisory lock keyed by its name
+    (:func:`~fleetledger.adapters.runtime.shards.shard_lock_key`), on SQLite the file
+    ``<database>.leader.<shard>`` with its ``/`` written ``+`` (a character no shard name has,
+    so two shards never share a file)."""
+    name = None if shard is None else shard_name(shard)
     parsed = normalise_url(url)
     if parsed.get_backend_name() == "postgresql":
-        return PostgresLease(url, lease_seconds=lease_seconds)
+        if name is None:
+            return PostgresLease(url, lease_seconds=lease_seconds)
+        return PostgresLease(url, lease_seconds=lease_seconds, key=shard_lock_key(name))
     database = parsed.database
     if not database or database == ":memory:":
         raise ValueError(
             f"cannot elect a leader on {url!r}: an in-memory SQLite database has no file to lock; "
             "use a SQLite file or Postgres"
         )
-    return FileLease(f"{database}.leader")
+    if name is None:
+        return FileLease(f"{database}.leader")
+    return FileLease(f"{database}.leader.{name.replace('/', '+')}")
 
 
 class Leadership:
@@ -260,6 +277,9 @@ class Leadership:
 
     ``on_elected(term)`` runs when this process starts leading, ``on_deposed(reason)`` the moment
     it stops; both run in the thread that noticed and must return quickly.
+
+    ``shard``: lead that shard only (give it the shard's lease); its stream is
+    ``leadership-<shard>`` instead of ``leadership-<scope>``.
     """
 
     def __init__(
@@ -269,7 +289,8 @@ class Leadership:
         *,
         clock: Clock,
         holder: str | None = None,
-        scope: str = "default",
+        scope: str | None = None,
+        shard: Shard | str | None = None,
         check_interval: float = 1.0,
         lease_seconds: float | None = None,
         safety_margin: float | None = None,
@@ -287,7 +308,16 @@ class Leadership:
         self._lease = lease
         self._clock = clock
         self.holder = holder or default_holder()
-        self.stream_id = f"leadership-{scope}"
+        if shard is not None and scope is not None:
+            raise ValueError(
+                f"give a scope or a shard, not both: shard {shard_name(shard)!r} names the "
+                f"leadership (its stream is leadership-<shard>), scope {scope!r} would too"
+            )
+        self.shard: str | None = None if shard is None else shard_name(shard)
+        """The shard this leadership leads, or ``None`` (it leads the whole scope)."""
+        self.stream_id = f"leadership-{self.shard or scope or 'default'}"
+        # A process leading several shards says which one each line is about.
+        self._named: dict[str, object] = {} if self.shard is None else {"shard": self.shard}
         self._check_interval = check_interval
         self._lock = threading.RLock()
         self._renewal_answered = threading.Condition(self._lock)
@@ -419,21 +449,25 @@ class Leadership:
         try:
             term = self._record_election()
         except (EventStoreError, OSError) as e:
-            log.warning("won the lease but could not record the election", error=str(e))
+            log.warning(
+                "won the lease but could not record the election", error=str(e), **self._named
+            )
             self._lease.release()
             return "follower"
         # Renewed once more before leading: taking the lease (a new connection) and recording
         # the term may have taken a while, and the acting time counts from a renewal's start.
         asked = self._monotonic()
         if not self._lease.check():
-            log.warning("won the lease but lost it while recording the election", term=term)
+            log.warning(
+                "won the lease but lost it while recording the election", term=term, **self._named
+            )
             self._lease.release()
             return "follower"
         with self._lock:
             self._term = term
             self._last_term = term
             self._renewed_at = asked
-        log.info("elected leader", holder=self.holder, term=term)
+        log.info("elected leader", holder=self.holder, term=term, **self._named)
         for callback in self._elected:
             callback(term)
         return "leader"
@@ -450,6 +484,7 @@ class Leadership:
                 causation_ids=[self.holder],
                 actor=self.holder,
                 leader_terms=[term],
+                leader_shard=self.shard,
             )
             try:
                 self._store.append(self.stream_id, records, expected_version=version)
@@ -472,7 +507,9 @@ class Leadership:
                 return  # already following, or a stale report about an earlier term
             was, self._term = self._term, None
             self._renewed_at = None
-        log.warning("stepped down; following", holder=self.holder, term=was, reason=reason)
+        log.warning(
+            "stepped down; following", holder=self.holder, term=was, reason=reason, **self._named
+        )
         for callback in self._deposed:
             callback(reason)
         if release:
@@ -485,7 +522,8 @@ class Leadership:
         if self._thread is not None and self._thread.is_alive():
             return self
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="leadership", daemon=True)
+        name = "leadership" if self.shard is None else f"leadership-{self.shard}"
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         return self
 
@@ -504,7 +542,7 @@ class Leadership:
             try:
                 self.step()
             except Exception:
-                log.exception("leadership round failed; trying again")
+                log.exception("leadership round failed; trying again", **self._named)
             self._stop.wait(self._check_interval)
 
 
@@ -549,6 +587,11 @@ class DutyFencing:
 
     def __init__(self, leadership: Leadership) -> None:
         self._leadership = leadership
+
+    @property
+    def shard(self) -> str | None:
+        """The shard the terms are of (duty appends name it), or ``None``: fenced log-wide."""
+        return self._leadership.shard
 
     def term(self) -> int | None:
         term = self._leadership.term()

@@ -27,10 +27,10 @@ records, at)`` returns extra appends committed atomically with the stream's own 
 each batch stream it seals this way, so a batch is never sealed without its stream).
 
 Leader duties (ticks, reactor results) are submitted with ``duty=True`` and carry the current
-leader term in their metadata; the store refuses them once a newer term is elected, and the
-stream reports that to its :class:`Fencing` and fails them with
-:class:`~fleetledger.adapters.runtime.errors.Deposed`, while other submissions of the same group
-are decided again and appended without a term.
+leader term in their metadata (a shard leader's name the shard too); the store refuses them
+once a newer term is elected, and the stream reports that to its :class:`Fencing` and fails them
+with :class:`~fleetledger.adapters.runtime.errors.Deposed`, while other submissions of the same
+group are decided again and appended without a term.
 
 Observers registered with :meth:`HostedStream.on_events` see every event the stream folds — its
 own and those learnt while catching up — after the append, outside any lock.
@@ -83,6 +83,7 @@ __all__ = [
     "Plan",
     "Writer",
     "execute_each",
+    "fencing_shard",
     "opening_append",
 ]
 
@@ -102,7 +103,13 @@ Companions = Callable[[Sequence[E], Sequence[NewEvent], datetime], Sequence[Stre
 
 
 class Fencing(Protocol):
-    """Where the leader term of duty appends comes from, and who hears that it was refused."""
+    """Where the leader term of duty appends comes from, and who hears that it was refused.
+
+    The fencing of one shard's leadership also has a ``shard`` attribute (its name, fixed):
+    duty appends then carry it beside the term, and the store fences them against that shard's
+    term alone (see :func:`fencing_shard`). It is optional so that every fencing without one
+    stays a fencing, fenced log-wide as before.
+    """
 
     def term(self) -> int | None:
         """The term this process leads in, or ``None`` when it does not lead (or is unfenced)."""
@@ -111,6 +118,14 @@ class Fencing(Protocol):
     def deposed(self, error: Fenced) -> None:
         """The store refused this process's term: a newer leader exists."""
         ...
+
+
+def fencing_shard(fencing: Fencing) -> str | None:
+    """The shard whose term ``fencing``'s terms are (its ``shard``), or ``None``: log-wide."""
+    shard = getattr(fencing, "shard", None)
+    if shard is not None and not isinstance(shard, str):
+        raise TypeError(f"a fencing's shard is its name, a str; got {shard!r}")
+    return shard
 
 
 class NoFencing:
@@ -358,6 +373,8 @@ class HostedStream(Generic[S, C, E]):
         self.stream_id = stream_id
         self._clock = clock
         self._writer = writer or Writer()
+        # Read once: a writer is frozen, and a fencing's shard is fixed.
+        self._shard = fencing_shard(self._writer.fencing)
         self._retry = retry or RetryPolicy()
         self._companions = companions
         # _fold guards the folded state and version. The queue has a lock of its own, so callers
@@ -444,6 +461,25 @@ class HostedStream(Generic[S, C, E]):
             self._state, self._version, self._last_event_id = state, version, last_event_id
             self._loaded = True
             return True
+
+    def fold_committed(
+        self, events: Sequence[E], *, first_version: int, event_ids: Sequence[str]
+    ) -> bool:
+        """Fold ``events``, which this process committed to the stream within another
+        capability's transaction (from ``first_version`` on, with these ids), without reading
+        them back — when the stream stands just before them. ``False`` (nothing folded)
+        otherwise: not loaded yet, behind them (the next load reads what it lacks) or past
+        them. Observers are told as a load tells them."""
+        if len(event_ids) != len(events):
+            raise ValueError(f"give one event id per event: {len(event_ids)} for {len(events)}")
+        with self._fold:
+            if not self._loaded or self._version != first_version - 1:
+                return False
+            for offset, (event, event_id) in enumerate(zip(events, event_ids, strict=True)):
+                self._fold_event(event, first_version + offset, event_id)
+            news = self._take_news()
+        self._tell(*news)
+        return True
 
     def next_deadline(self) -> datetime | None:
         """When the aggregate next needs a tick, or ``None``."""
@@ -749,6 +785,7 @@ class HostedStream(Generic[S, C, E]):
             actor=self._writer.actor,
             labels=dict(self._writer.labels),
             leader_terms=terms,
+            leader_shard=self._shard,
         )
         appends = [StreamAppend(self.stream_id, records, expected_version=self._version)]
         if self._companions is not None:

@@ -45,6 +45,7 @@ from fractions import Fraction
 from typing import Literal, TypeAlias
 
 from fleetledger.domain.errors import InvalidCommand, Rejected
+from fleetledger.domain.frozen import positional
 from fleetledger.domain.ipam.sizing import (
     BATCH_EXPONENTS,
     DEFAULT_BUFFER,
@@ -400,6 +401,10 @@ def initial_state() -> SubnetState:
 # -- evolve --------------------------------------------------------------------------------------
 
 
+_pool = positional(NodePool)
+_subnet = positional(SubnetState)
+
+
 def evolve(state: SubnetState, event: SubnetEvent) -> SubnetState:
     """Apply one event. Events are facts: nothing here refuses them."""
     after = _apply(state, event)
@@ -410,8 +415,9 @@ def evolve(state: SubnetState, event: SubnetEvent) -> SubnetState:
 
 
 def _apply(state: SubnetState, event: SubnetEvent) -> SubnetState:
-    # States and pools are built field by field: dataclasses.replace costs several times more,
-    # and a subnet folds an event per node per pass.
+    # States and pools are built field by field, by writing their slots (see
+    # fleetledger.domain.frozen): dataclasses.replace and the classes' __init__ cost several
+    # times more, and a subnet folds an event per node per pass.
     if isinstance(event, SubnetCreated):
         return SubnetState(event.subnet_id, event.capacity, batch_size=event.batch_size)
     if isinstance(event, NodeJoined):
@@ -429,7 +435,7 @@ def _apply(state: SubnetState, event: SubnetEvent) -> SubnetState:
     p = state.nodes[node]
     owners = state.owners
     if isinstance(event, DemandReported):
-        pool = NodePool(
+        pool = _pool(
             event.demand,
             event.in_use,
             p.held,
@@ -440,7 +446,7 @@ def _apply(state: SubnetState, event: SubnetEvent) -> SubnetState:
             p.max_ips,
         )
     elif isinstance(event, PoolResized):
-        pool = NodePool(
+        pool = _pool(
             p.demand,
             p.in_use,
             p.held,
@@ -451,7 +457,7 @@ def _apply(state: SubnetState, event: SubnetEvent) -> SubnetState:
             p.max_ips,
         )
     elif isinstance(event, IpsRequested):
-        pool = NodePool(
+        pool = _pool(
             p.demand,
             p.in_use,
             p.held,
@@ -462,7 +468,7 @@ def _apply(state: SubnetState, event: SubnetEvent) -> SubnetState:
             p.max_ips,
         )
     elif isinstance(event, IpsAllocated):
-        pool = NodePool(
+        pool = _pool(
             p.demand,
             p.in_use,
             (*p.held, *event.ips),
@@ -475,7 +481,7 @@ def _apply(state: SubnetState, event: SubnetEvent) -> SubnetState:
         owners = _Owners.of(owners).given(event.ips, node)
     elif isinstance(event, IpsReleased):
         gone = set(event.ips)
-        pool = NodePool(
+        pool = _pool(
             p.demand,
             p.in_use,
             tuple(ip for ip in p.held if ip not in gone),
@@ -488,13 +494,15 @@ def _apply(state: SubnetState, event: SubnetEvent) -> SubnetState:
         owners = _Owners.of(owners).without(event.ips)
     else:
         raise TypeError(f"not a subnet event: {event!r}")
-    return _with(state, {**state.nodes, node: pool}, owners)
+    nodes = dict(state.nodes)
+    nodes[node] = pool
+    return _with(state, nodes, owners)
 
 
 def _with(
     state: SubnetState, nodes: Mapping[str, NodePool], owners: Mapping[str, str]
 ) -> SubnetState:
-    return SubnetState(
+    return _subnet(
         state.subnet_id, state.capacity, nodes, owners, state.batch_size, state.exhausted
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from fleetledger.domain.frozen import positional
 from fleetledger.domain.nodes.model import (
     ComputeUnitMismatch,
     ComputeUnitViolated,
@@ -34,13 +35,33 @@ from fleetledger.domain.nodes.model import (
     VmScalingChanged,
     VmUseChanged,
 )
-from fleetledger.domain.nodes.queries import other_reserved
+from fleetledger.domain.nodes.queries import other_reserved, other_rounded
 
 __all__ = ["evolve"]
+
+# The states the frequent events fold into are built by writing their slots, every field in order
+# (see fleetledger.domain.frozen): ``replace`` and the classes' own ``__init__`` cost several
+# times more, and a replay folds an event per agent request. The rare events keep ``replace``.
+_node = positional(NodeState)
+_resource = positional(ResourceState)
+_vm_pod = positional(VmPod)
+_pod_resource = positional(PodResource)
 
 
 def _sat(value: int) -> int:
     return value if value > 0 else 0
+
+
+def _with_reserved(resource: ResourceState, reserved: int) -> ResourceState:
+    return _resource(
+        resource.total,
+        resource.system,
+        resource.watermark_fraction,
+        reserved,
+        resource.buffer,
+        resource.capacity_pressure,
+        resource.pressure_accounted_for,
+    )
 
 
 def evolve(state: NodeState, event: NodeEvent) -> NodeState:
@@ -82,16 +103,27 @@ def evolve(state: NodeState, event: NodeEvent) -> NodeState:
 
 def _apply_joined(state: NodeState, event: NodeJoined) -> NodeState:
     config = event.config
-    return NodeState(
-        name=event.node,
-        present=True,
-        config=config,
-        cpu=ResourceState(event.cpu_total_milli, config.cpu_system_milli, config.cpu_watermark),
-        memory=ResourceState(
-            event.memory_total_slots, config.memory_system_slots, config.memory_watermark
+    return _node(
+        event.node,
+        True,
+        config,
+        _resource(event.cpu_total_milli, config.cpu_system_milli, config.cpu_watermark, 0, 0, 0, 0),
+        _resource(
+            event.memory_total_slots,
+            config.memory_system_slots,
+            config.memory_watermark,
+            0,
+            0,
+            0,
+            0,
         ),
-        gpu_total=event.gpu_total,
-        incarnation=state.incarnation,
+        event.gpu_total,
+        0,  # gpu_reserved
+        {},  # vm_pods
+        {},  # other_pods
+        0,  # other_raw_cpu_milli
+        0,  # other_raw_memory_bytes
+        state.incarnation,
     )
 
 
@@ -121,33 +153,49 @@ def _apply_config(state: NodeState, event: NodeConfigChanged) -> NodeState:
 
 
 def _apply_vm_reserved(state: NodeState, event: VmPodReserved) -> NodeState:
-    pod = VmPod(
+    cpu, memory = event.cpu, event.memory
+    pod = _vm_pod(
         event.pod,
-        PodResource(event.cpu.min, event.cpu.use, event.cpu.max, event.cpu_reserved),
-        PodResource(event.memory.min, event.memory.use, event.memory.max, event.memory_reserved),
+        _pod_resource(cpu.min, cpu.use, cpu.max, event.cpu_reserved, 0, 0),
+        _pod_resource(memory.min, memory.use, memory.max, event.memory_reserved, 0, 0),
         event.gpu,
-        scaling_enabled=event.scaling_enabled,
-        migration_enabled=event.migration_enabled,
+        None,  # last_compute_unit
+        False,  # migrating
+        0,  # cpu_accounted
+        0,  # memory_accounted
+        None,  # load
+        event.scaling_enabled,
+        event.migration_enabled,
+        False,  # awaiting_contact
     )
-    return replace(
-        state,
-        vm_pods={**state.vm_pods, event.pod: pod},
-        cpu=replace(state.cpu, reserved=state.cpu.reserved + event.cpu_reserved),
-        memory=replace(state.memory, reserved=state.memory.reserved + event.memory_reserved),
-        gpu_reserved=state.gpu_reserved + event.gpu,
+    pods = dict(state.vm_pods)
+    pods[event.pod] = pod
+    return _node(
+        state.name,
+        state.present,
+        state.config,
+        _with_reserved(state.cpu, state.cpu.reserved + event.cpu_reserved),
+        _with_reserved(state.memory, state.memory.reserved + event.memory_reserved),
+        state.gpu_total,
+        state.gpu_reserved + event.gpu,
+        pods,
+        state.other_pods,
+        state.other_raw_cpu_milli,
+        state.other_raw_memory_bytes,
+        state.incarnation,
     )
 
 
 def _apply_other_reserved(state: NodeState, event: OtherPodReserved) -> NodeState:
-    pod = OtherPod(event.pod, event.raw_cpu_milli, event.raw_memory_bytes, event.gpu)
-    grown = replace(
+    pods = dict(state.other_pods)
+    pods[event.pod] = OtherPod(event.pod, event.raw_cpu_milli, event.raw_memory_bytes, event.gpu)
+    return _with_others(
         state,
-        other_pods={**state.other_pods, event.pod: pod},
-        other_raw_cpu_milli=state.other_raw_cpu_milli + event.raw_cpu_milli,
-        other_raw_memory_bytes=state.other_raw_memory_bytes + event.raw_memory_bytes,
-        gpu_reserved=state.gpu_reserved + event.gpu,
+        pods,
+        state.other_raw_cpu_milli + event.raw_cpu_milli,
+        state.other_raw_memory_bytes + event.raw_memory_bytes,
+        state.gpu_reserved + event.gpu,
     )
-    return _with_other_rounding(state, grown)
 
 
 def _apply_others_reserved(state: NodeState, event: OtherPodsReserved) -> NodeState:
@@ -166,60 +214,87 @@ def _apply_others_reserved(state: NodeState, event: OtherPodsReserved) -> NodeSt
         raw_cpu += reserved.raw_cpu_milli
         raw_memory += reserved.raw_memory_bytes
         gpu += reserved.gpu
-    grown = replace(
+    return _with_others(
         state,
-        other_pods=other_pods,
-        other_raw_cpu_milli=state.other_raw_cpu_milli + raw_cpu,
-        other_raw_memory_bytes=state.other_raw_memory_bytes + raw_memory,
-        gpu_reserved=state.gpu_reserved + gpu,
+        other_pods,
+        state.other_raw_cpu_milli + raw_cpu,
+        state.other_raw_memory_bytes + raw_memory,
+        state.gpu_reserved + gpu,
     )
-    return _with_other_rounding(state, grown)
 
 
-def _with_other_rounding(before: NodeState, after: NodeState) -> NodeState:
+def _with_others(
+    state: NodeState,
+    other_pods: dict[str, OtherPod],
+    raw_cpu_milli: int,
+    raw_memory_bytes: int,
+    gpu_reserved: int,
+) -> NodeState:
+    """``state`` with its non-VM pods and their raw sums replaced, and its reserved amounts
+    moved by what that changes in the rounded sums."""
     # Only the rounded sums count toward reserved, so a pod changes reserved by the difference
     # its raw amounts make to the rounded totals (possibly nothing).
-    cpu_before, memory_before = other_reserved(before)
-    cpu_after, memory_after = other_reserved(after)
-    return replace(
-        after,
-        cpu=replace(after.cpu, reserved=_sat(after.cpu.reserved + cpu_after - cpu_before)),
-        memory=replace(
-            after.memory, reserved=_sat(after.memory.reserved + memory_after - memory_before)
-        ),
+    cpu_before, memory_before = other_reserved(state)
+    cpu_after, memory_after = other_rounded(state.config, raw_cpu_milli, raw_memory_bytes)
+    cpu, memory = state.cpu, state.memory
+    return _node(
+        state.name,
+        state.present,
+        state.config,
+        _with_reserved(cpu, _sat(cpu.reserved + cpu_after - cpu_before)),
+        _with_reserved(memory, _sat(memory.reserved + memory_after - memory_before)),
+        state.gpu_total,
+        gpu_reserved,
+        state.vm_pods,
+        other_pods,
+        raw_cpu_milli,
+        raw_memory_bytes,
+        state.incarnation,
     )
 
 
 def _apply_deleted(state: NodeState, event: PodDeleted) -> NodeState:
     other = state.other_pods.get(event.pod)
     if other is not None:
-        shrunk = replace(
+        others = dict(state.other_pods)
+        del others[event.pod]
+        return _with_others(
             state,
-            other_pods={k: v for k, v in state.other_pods.items() if k != event.pod},
-            other_raw_cpu_milli=_sat(state.other_raw_cpu_milli - other.raw_cpu_milli),
-            other_raw_memory_bytes=_sat(state.other_raw_memory_bytes - other.raw_memory_bytes),
-            gpu_reserved=_sat(state.gpu_reserved - other.gpu),
+            others,
+            _sat(state.other_raw_cpu_milli - other.raw_cpu_milli),
+            _sat(state.other_raw_memory_bytes - other.raw_memory_bytes),
+            _sat(state.gpu_reserved - other.gpu),
         )
-        return _with_other_rounding(state, shrunk)
     pod = state.vm_pods.get(event.pod)
     if pod is None:
         return state
-    return replace(
-        state,
-        vm_pods={k: v for k, v in state.vm_pods.items() if k != event.pod},
-        cpu=_release(state.cpu, pod.cpu, pod.cpu_accounted if pod.migrating else 0),
-        memory=_release(state.memory, pod.memory, pod.memory_accounted if pod.migrating else 0),
-        gpu_reserved=_sat(state.gpu_reserved - pod.gpu),
+    pods = dict(state.vm_pods)
+    del pods[event.pod]
+    return _node(
+        state.name,
+        state.present,
+        state.config,
+        _release(state.cpu, pod.cpu, pod.cpu_accounted if pod.migrating else 0),
+        _release(state.memory, pod.memory, pod.memory_accounted if pod.migrating else 0),
+        state.gpu_total,
+        _sat(state.gpu_reserved - pod.gpu),
+        pods,
+        state.other_pods,
+        state.other_raw_cpu_milli,
+        state.other_raw_memory_bytes,
+        state.incarnation,
     )
 
 
 def _release(node: ResourceState, pod: PodResource, accounted: int) -> ResourceState:
-    return replace(
-        node,
-        reserved=_sat(node.reserved - pod.reserved),
-        buffer=_sat(node.buffer - pod.buffer),
-        capacity_pressure=_sat(node.capacity_pressure - pod.capacity_pressure),
-        pressure_accounted_for=_sat(node.pressure_accounted_for - accounted),
+    return _resource(
+        node.total,
+        node.system,
+        node.watermark_fraction,
+        _sat(node.reserved - pod.reserved),
+        _sat(node.buffer - pod.buffer),
+        _sat(node.capacity_pressure - pod.capacity_pressure),
+        _sat(node.pressure_accounted_for - accounted),
     )
 
 
@@ -233,7 +308,7 @@ def _apply_granted(state: NodeState, event: ResourcesGranted) -> NodeState:
     memory_node, memory_pod = _regrant(
         state.memory, pod.memory, event.memory_slots, event.memory_pressure
     )
-    granted = VmPod(
+    granted = _vm_pod(
         pod.name,
         cpu_pod,
         memory_pod,
@@ -249,7 +324,7 @@ def _apply_granted(state: NodeState, event: ResourcesGranted) -> NodeState:
     )
     pods = dict(state.vm_pods)
     pods[event.pod] = granted
-    return NodeState(
+    return _node(
         state.name,
         state.present,
         state.config,
@@ -269,7 +344,7 @@ def _regrant(
     node: ResourceState, pod: PodResource, permit: int, pressure: int
 ) -> tuple[ResourceState, PodResource]:
     # The agent uses at most its permit, and its message told us its real use: the buffer goes.
-    new_node = ResourceState(
+    new_node = _resource(
         node.total,
         node.system,
         node.watermark_fraction,
@@ -278,7 +353,7 @@ def _regrant(
         _sat(node.capacity_pressure - pod.capacity_pressure + pressure),
         node.pressure_accounted_for,
     )
-    return new_node, PodResource(pod.min, permit, pod.max, permit, 0, pressure)
+    return new_node, _pod_resource(pod.min, permit, pod.max, permit, 0, pressure)
 
 
 def _apply_migration(state: NodeState, event: MigrationStarted) -> NodeState:
@@ -308,70 +383,102 @@ def _apply_restarted(state: NodeState, event: ControllerRestarted) -> NodeState:
     cpu, memory, gpu = state.cpu, state.memory, state.gpu_reserved
     for bound in event.bounds:
         old = pods.get(bound.pod)
-        new_cpu = PodResource(
-            bound.cpu.min, bound.cpu.use, bound.cpu.max, bound.cpu_reserved, bound.cpu_buffer
+        # Only its agent can tell what a VM uses now; a VM that does not scale has none.
+        scaling, migration = bound.scaling_enabled, bound.migration_enabled
+        # Capacity pressure is a request still wanted: it survives the restart (unless the VM
+        # no longer scales, so nothing can want more).
+        cpu_pressure = memory_pressure = 0
+        if old is not None and scaling:
+            cpu_pressure, memory_pressure = old.cpu.capacity_pressure, old.memory.capacity_pressure
+        new_cpu = _pod_resource(
+            bound.cpu.min,
+            bound.cpu.use,
+            bound.cpu.max,
+            bound.cpu_reserved,
+            bound.cpu_buffer,
+            cpu_pressure,
         )
-        new_memory = PodResource(
+        new_memory = _pod_resource(
             bound.memory.min,
             bound.memory.use,
             bound.memory.max,
             bound.memory_reserved,
             bound.memory_buffer,
+            memory_pressure,
         )
-        # Only its agent can tell what a VM uses now; a VM that does not scale has none.
-        scaling, migration = bound.scaling_enabled, bound.migration_enabled
         if old is None:
-            pods[bound.pod] = VmPod(
+            pods[bound.pod] = _vm_pod(
                 bound.pod,
                 new_cpu,
                 new_memory,
                 bound.gpu,
-                scaling_enabled=scaling,
-                migration_enabled=migration,
-                awaiting_contact=scaling,
+                None,  # last_compute_unit
+                False,  # migrating
+                0,  # cpu_accounted
+                0,  # memory_accounted
+                None,  # load
+                scaling,
+                migration,
+                scaling,  # awaiting_contact: only a VM that scales has an agent to hear from
             )
             gpu += bound.gpu
             cpu = _added(cpu, new_cpu)
             memory = _added(memory, new_memory)
             continue
-        # Capacity pressure is a request still wanted: it survives the restart (unless the VM
-        # no longer scales, so nothing can want more).
-        if scaling:
-            new_cpu = replace(new_cpu, capacity_pressure=old.cpu.capacity_pressure)
-            new_memory = replace(new_memory, capacity_pressure=old.memory.capacity_pressure)
-        pods[bound.pod] = replace(
-            old,
-            cpu=new_cpu,
-            memory=new_memory,
-            scaling_enabled=scaling,
-            migration_enabled=migration,
-            awaiting_contact=scaling,
+        pods[bound.pod] = _vm_pod(
+            old.name,
+            new_cpu,
+            new_memory,
+            old.gpu,
+            old.last_compute_unit,
+            old.migrating,
+            old.cpu_accounted,
+            old.memory_accounted,
+            old.load,
+            scaling,
+            migration,
+            scaling,  # awaiting_contact
         )
         cpu = _repod(cpu, old.cpu, new_cpu)
         memory = _repod(memory, old.memory, new_memory)
-    return replace(
-        state,
-        vm_pods=pods,
-        cpu=cpu,
-        memory=memory,
-        gpu_reserved=gpu,
-        incarnation=event.incarnation,
+    return _node(
+        state.name,
+        state.present,
+        state.config,
+        cpu,
+        memory,
+        state.gpu_total,
+        gpu,
+        pods,
+        state.other_pods,
+        state.other_raw_cpu_milli,
+        state.other_raw_memory_bytes,
+        event.incarnation,
     )
 
 
 def _added(node: ResourceState, new: PodResource) -> ResourceState:
-    return replace(node, reserved=node.reserved + new.reserved, buffer=node.buffer + new.buffer)
+    return _resource(
+        node.total,
+        node.system,
+        node.watermark_fraction,
+        node.reserved + new.reserved,
+        node.buffer + new.buffer,
+        node.capacity_pressure,
+        node.pressure_accounted_for,
+    )
 
 
 def _repod(node: ResourceState, old: PodResource, new: PodResource) -> ResourceState:
     """The node's figures once one pod's resource goes from ``old`` to ``new``."""
-    return replace(
-        node,
-        reserved=_sat(node.reserved - old.reserved + new.reserved),
-        buffer=_sat(node.buffer - old.buffer + new.buffer),
-        capacity_pressure=_sat(
-            node.capacity_pressure - old.capacity_pressure + new.capacity_pressure
-        ),
+    return _resource(
+        node.total,
+        node.system,
+        node.watermark_fraction,
+        _sat(node.reserved - old.reserved + new.reserved),
+        _sat(node.buffer - old.buffer + new.buffer),
+        _sat(node.capacity_pressure - old.capacity_pressure + new.capacity_pressure),
+        node.pressure_accounted_for,
     )
 
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from fleetledger.domain.nodes.model import NodeState, VmPod
+from fleetledger.domain.nodes.model import NodeConfig, NodeState, VmPod
 from fleetledger.domain.units import MILLI_PER_CPU
 
-__all__ = ["migration_queue", "needs_migration", "other_reserved", "same_capacity"]
+__all__ = [
+    "migration_queue",
+    "needs_migration",
+    "other_reserved",
+    "other_rounded",
+    "same_capacity",
+]
 
 
 def _round_up(value: int, unit: int) -> int:
@@ -14,9 +20,16 @@ def _round_up(value: int, unit: int) -> int:
 
 def other_reserved(state: NodeState) -> tuple[int, int]:
     """What the non-VM pods hold: their raw sums rounded up to whole CPUs and to memory slots."""
-    slot = state.config.memory_slot_bytes if state.config is not None else 1
-    cpu = _round_up(state.other_raw_cpu_milli, MILLI_PER_CPU) * MILLI_PER_CPU
-    return cpu, _round_up(state.other_raw_memory_bytes, max(1, slot))
+    return other_rounded(state.config, state.other_raw_cpu_milli, state.other_raw_memory_bytes)
+
+
+def other_rounded(
+    config: NodeConfig | None, raw_cpu_milli: int, raw_memory_bytes: int
+) -> tuple[int, int]:
+    """:func:`other_reserved` of raw sums not yet in a state (what a fold is about to build)."""
+    slot = config.memory_slot_bytes if config is not None else 1
+    cpu = _round_up(raw_cpu_milli, MILLI_PER_CPU) * MILLI_PER_CPU
+    return cpu, _round_up(raw_memory_bytes, max(1, slot))
 
 
 def same_capacity(state: NodeState, cpu_milli: int, memory_bytes: int, gpu: int) -> bool:

@@ -27,8 +27,12 @@ def test_young_and_full_passes_are_rarer_while_started_and_as_before_after() -> 
 
     heap.start()
     try:
-        young, _, full = gc.get_threshold()
-        assert young >= 10_000 and full >= 100
+        young, middle, full = gc.get_threshold()
+        # Rarer than CPython's 700 young, 10 full; young passes stay small enough that a gen-1
+        # pass (what ``middle`` young passes kept) is short, and full passes come after as
+        # many allocations as before.
+        assert 700 < young <= 2_000 and full >= 500
+        assert young * middle * full >= 10_000 * 10 * 100
     finally:
         heap.stop()
 

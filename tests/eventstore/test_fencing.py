@@ -283,6 +283,369 @@ class TestFencingInvariant:
         assert along == sorted(along)
 
 
+# -- Fencing per shard: "leader_shard" beside "leader_term" fences on that shard's own term --
+
+
+def shard_termed(shard: str, term: int, count: int = 1, *, type: str = "Tested") -> list[NewEvent]:
+    """``count`` events fenced to ``term`` of ``shard``."""
+    metadata = {"leader_term": term, "leader_shard": shard, "actor": "test"}
+    return [NewEvent(type, {"n": n}, metadata=metadata) for n in range(count)]
+
+
+def elect_shard(store: EventStore, shard: str, term: int) -> AppendResult:
+    """What a shard's runtime does on winning its election: a LeaderElected on the shard's
+    leadership stream, fenced to the shard's new term."""
+    stream = f"leadership-{shard}"
+    return store.append(
+        stream,
+        shard_termed(shard, term, type="LeaderElected"),
+        expected_version=store.stream_version(stream),
+    )
+
+
+def shard_terms_along_the_log(store: EventStore, shard: str) -> list[int]:
+    """The terms of ``shard`` along the log, in global order."""
+    return [
+        e.metadata["leader_term"]
+        for e in store.read_all()
+        if e.metadata.get("leader_shard") == shard
+    ]
+
+
+class TestShardFencing:
+    def test_a_shard_never_named_is_at_term_zero(self, store: EventStore) -> None:
+        """leader_term(shard) is 0 before any append named the shard, whatever else is logged."""
+        elect(store, 4)
+        elect_shard(store, "nodes/0", 3)
+
+        assert store.leader_term("nodes/1") == 0
+
+    def test_an_election_records_the_shards_term_only(self, store: EventStore) -> None:
+        """An append carrying a shard's term raises that shard's recorded term, not the
+        log-wide one nor another shard's."""
+        elect_shard(store, "nodes/0", 1)
+        elect_shard(store, "nodes/0", 2)
+
+        assert store.leader_term("nodes/0") == 2
+        assert store.leader_term() == 0
+        assert store.leader_term("nodes/1") == 0
+
+    def test_an_older_term_of_the_shard_is_refused_and_nothing_is_written(
+        self, store: EventStore
+    ) -> None:
+        """An append from a deposed term of the shard raises Fenced naming both terms; the log
+        and the shard's term are unchanged."""
+        elect_shard(store, "nodes/0", 1)
+        elect_shard(store, "nodes/0", 2)
+        head = store.head()
+
+        with pytest.raises(Fenced) as raised:
+            store.append("node-a", shard_termed("nodes/0", 1, 3))
+
+        assert (raised.value.term, raised.value.current_term) == (1, 2)
+        assert store.head() == head
+        assert store.stream_version("node-a") == 0
+        assert store.leader_term("nodes/0") == 2
+
+    def test_the_shards_current_term_is_accepted(self, store: EventStore) -> None:
+        """The shard's leader keeps appending at its own term."""
+        elect_shard(store, "nodes/0", 3)
+
+        result = store.append("node-a", shard_termed("nodes/0", 3, 2))
+
+        assert result.stream_version == 2
+        assert store.leader_term("nodes/0") == 3
+
+    def test_shards_are_fenced_independently(self, store: EventStore) -> None:
+        """nodes/0 at term 7 does not fence nodes/1 at term 1, and a higher term of nodes/1
+        leaves nodes/0 where it was."""
+        elect_shard(store, "nodes/0", 7)
+
+        store.append("node-b", shard_termed("nodes/1", 1))
+        store.append("node-b", shard_termed("nodes/1", 2))
+
+        assert (store.leader_term("nodes/0"), store.leader_term("nodes/1")) == (7, 2)
+        with pytest.raises(Fenced) as raised:
+            store.append("node-a", shard_termed("nodes/0", 6))
+        assert (raised.value.term, raised.value.current_term) == (6, 7)
+
+    def test_the_log_wide_fence_and_the_shards_are_independent(self, store: EventStore) -> None:
+        """A log-wide term does not fence a shard's appends, nor a shard's term the appends
+        without a shard; each is refused by its own fence only."""
+        elect(store, 5)
+        store.append("node-a", shard_termed("nodes/0", 1))
+        elect_shard(store, "nodes/0", 9)
+        store.append("vm-1", termed(5))
+
+        with pytest.raises(Fenced) as log_wide:
+            store.append("vm-1", termed(3))
+        with pytest.raises(Fenced) as of_shard:
+            store.append("node-a", shard_termed("nodes/0", 8))
+
+        assert (log_wide.value.term, log_wide.value.current_term) == (3, 5)
+        assert (of_shard.value.term, of_shard.value.current_term) == (8, 9)
+        assert (store.leader_term(), store.leader_term("nodes/0")) == (5, 9)
+
+    def test_a_stale_part_refuses_the_whole_append_many(self, store: EventStore) -> None:
+        """append_many whose part of one shard is stale writes nothing in any stream, though
+        its part of another shard is current."""
+        elect_shard(store, "nodes/0", 2)
+        elect_shard(store, "nodes/1", 3)
+        head = store.head()
+
+        with pytest.raises(Fenced) as raised:
+            store.append_many(
+                [
+                    StreamAppend("node-a", shard_termed("nodes/0", 2)),
+                    StreamAppend("node-b", shard_termed("nodes/1", 1)),
+                ]
+            )
+
+        assert (raised.value.term, raised.value.current_term) == (1, 3)
+        assert store.head() == head
+
+    def test_append_many_raises_each_shard_it_names(self, store: EventStore) -> None:
+        """Parts of different shards, in any order, each raise their own shard's term, and
+        the log-wide one is raised by the part without a shard."""
+        store.append_many(
+            [
+                StreamAppend("node-b", shard_termed("nodes/1", 2)),
+                StreamAppend("vm-1", termed(3)),
+                StreamAppend("node-a", shard_termed("nodes/0", 4)),
+            ]
+        )
+
+        assert store.leader_term("nodes/0") == 4
+        assert store.leader_term("nodes/1") == 2
+        assert store.leader_term() == 3
+        with pytest.raises(Fenced):
+            store.append_many(
+                [
+                    StreamAppend("node-b", shard_termed("nodes/1", 2)),
+                    StreamAppend("node-a", shard_termed("nodes/0", 3)),
+                ]
+            )
+
+    def test_the_shards_term_survives_reopening(self, store_url: str) -> None:
+        """The shard's fence is in the database, not in the process that raised it."""
+        with open_store(store_url) as first:
+            elect_shard(first, "nodes/0", 1)
+            elect_shard(first, "nodes/0", 2)
+
+        with open_store(store_url) as second:
+            assert second.leader_term("nodes/0") == 2
+            with pytest.raises(Fenced):
+                second.append("node-a", shard_termed("nodes/0", 1))
+
+    def test_a_replay_from_before_the_shard_fence_moved_returns_the_original(
+        self, store: EventStore
+    ) -> None:
+        """Re-sending an append that landed at a shard's term 1 answers its original result
+        after the shard elected term 2; new events at term 1 are refused."""
+        elect_shard(store, "nodes/0", 1)
+        events = [
+            NewEvent(
+                "Tested", {}, metadata={"leader_term": 1, "leader_shard": "nodes/0"}, event_id=i
+            )
+            for i in fresh_ids(2)
+        ]
+        original = store.append("node-a", events, expected_version=NO_STREAM)
+        elect_shard(store, "nodes/0", 2)
+
+        assert store.append("node-a", events, expected_version=NO_STREAM) == original
+        with pytest.raises(Fenced):
+            store.append("node-a", shard_termed("nodes/0", 1))
+        assert store.stream_version("node-a") == 2
+
+    def test_leader_term_refuses_a_malformed_shard_name(self, store: EventStore) -> None:
+        """Asking for a shard no append could ever name is a mistake, not a term of 0."""
+        with pytest.raises(InvalidEvent, match="shard must be a shard name"):
+            store.leader_term("nodes 0")
+
+
+class TestInvalidShards:
+    @pytest.mark.parametrize(
+        "value",
+        ["", "nodes 0", "nodes:0", "nodes\n0", "nodé/0", "a" * 201, 3, None, ["nodes/0"]],
+    )
+    def test_a_shard_must_be_a_well_formed_name(self, store: EventStore, value: Any) -> None:
+        """Anything but 1 to 200 letters, digits, '.', '_', '/' and '-' is refused, naming the
+        key and what is allowed; nothing is written."""
+        events = [NewEvent("Tested", {}, metadata={"leader_term": 1, "leader_shard": value})]
+
+        with pytest.raises(InvalidEvent, match=r"'leader_shard'.*letters, digits"):
+            store.append("node-a", events)
+
+        assert store.head() == 0
+        assert store.leader_term() == 0
+
+    def test_a_shard_name_of_200_characters_is_accepted(self, store: EventStore) -> None:
+        name = "nodes/" + "0" * 194
+
+        store.append("node-a", shard_termed(name, 1))
+
+        assert store.leader_term(name) == 1
+
+    def test_a_shard_without_a_term_is_refused(self, store: EventStore) -> None:
+        """``leader_shard`` alone fences nothing: it is refused rather than silently ignored."""
+        events = [NewEvent("Tested", {}, metadata={"leader_shard": "nodes/0"})]
+
+        with pytest.raises(InvalidEvent, match="'leader_shard' without 'leader_term'"):
+            store.append("node-a", events)
+
+        assert store.head() == 0
+
+    @pytest.mark.parametrize(
+        "second",
+        [shard_termed("nodes/1", 1), termed(1)],
+        ids=["another shard", "no shard"],
+    )
+    def test_one_streams_append_names_one_shard(
+        self, store: EventStore, second: list[NewEvent]
+    ) -> None:
+        """The termed events of one stream's append all name the same shard, or all none."""
+        with pytest.raises(InvalidEvent, match="must name the same 'leader_shard'"):
+            store.append("node-a", [*shard_termed("nodes/0", 1), *second])
+
+        assert store.head() == 0
+
+    def test_events_without_a_term_may_join_a_shards_append(self, store: EventStore) -> None:
+        """An event carrying no term is fenced by nothing, beside a shard's events as beside
+        log-wide ones."""
+        store.append("node-a", [*shard_termed("nodes/0", 2), *new_events(1)])
+
+        assert store.stream_version("node-a") == 2
+        assert store.leader_term("nodes/0") == 2
+
+    def test_a_shards_terms_may_not_go_down_within_an_append(self, store: EventStore) -> None:
+        with pytest.raises(InvalidEvent, match="term 2 of shard 'nodes/0' after term 3"):
+            store.append("node-a", [*shard_termed("nodes/0", 3), *shard_termed("nodes/0", 2)])
+
+    def test_a_shards_terms_may_not_go_down_across_append_many(self, store: EventStore) -> None:
+        with pytest.raises(InvalidEvent, match="append_many"):
+            store.append_many(
+                [
+                    StreamAppend("node-a", shard_termed("nodes/0", 3)),
+                    StreamAppend("node-b", shard_termed("nodes/0", 2)),
+                ]
+            )
+
+        assert store.head() == 0
+
+    def test_terms_of_different_fences_may_differ_across_append_many(
+        self, store: EventStore
+    ) -> None:
+        """Terms of different shards (and the log-wide one) are not compared: a lower term of
+        another shard after a higher one is no going back."""
+        store.append_many(
+            [
+                StreamAppend("node-a", shard_termed("nodes/0", 3)),
+                StreamAppend("node-b", shard_termed("nodes/1", 2)),
+                StreamAppend("vm-1", termed(1)),
+            ]
+        )
+
+        assert store.head() == 3
+
+    def test_a_malformed_shard_anywhere_refuses_the_whole_append_many(
+        self, store: EventStore
+    ) -> None:
+        with pytest.raises(InvalidEvent, match="'leader_shard'"):
+            store.append_many(
+                [
+                    StreamAppend("node-a", shard_termed("nodes/0", 1)),
+                    StreamAppend("node-b", shard_termed("nodes 1", 1)),
+                ]
+            )
+
+        assert store.head() == 0
+
+
+class TestShardFencingInAGroupCommit:
+    def test_a_fenced_shard_caller_fails_alone(self, store_url: str) -> None:
+        """In one group commit a caller stale on its shard gets Fenced and the others commit
+        (other shards, the same shard at its current term, log-wide terms, no term), even when
+        the writer's cached view missed the shard's election (another process made it)."""
+        with open_store(store_url) as writer, open_store(store_url) as elector:
+            elect_shard(writer, "nodes/0", 1)  # the writer's view now holds nodes/0 at 1
+            elect_shard(elector, "nodes/0", 2)
+            group = [
+                (prepare_append("vm-a", new_events(1), NO_STREAM),),
+                (prepare_append("node-b", shard_termed("nodes/0", 1), NO_STREAM),),
+                (prepare_append("node-c", shard_termed("nodes/0", 2), NO_STREAM),),
+                (prepare_append("node-d", shard_termed("nodes/1", 1), NO_STREAM),),
+                (prepare_append("vm-e", termed(1), NO_STREAM),),
+            ]
+
+            outcomes = writer.backend.commit(group)
+
+            assert [type(o) for o in outcomes] == [list, Fenced, list, list, list]
+            fenced = outcomes[1]
+            assert isinstance(fenced, Fenced)
+            assert (fenced.term, fenced.current_term) == (1, 2)
+            streams = ("vm-a", "node-b", "node-c", "node-d", "vm-e")
+            assert [writer.stream_version(s) for s in streams] == [1, 0, 1, 1, 1]
+            terms = [writer.leader_term(s) for s in ("nodes/0", "nodes/1", None)]
+            assert terms == [2, 1, 1]
+            assert writer.verify().ok
+
+    def test_a_shards_election_in_the_group_fences_that_shards_callers_after_it(
+        self, store: EventStore
+    ) -> None:
+        """A caller of the shard queued behind its election in the same group is judged
+        against it; one queued before it, and one of another shard after it, are not."""
+        elect_shard(store, "nodes/0", 1)
+        group = [
+            (prepare_append("node-a", shard_termed("nodes/0", 1), NO_STREAM),),
+            (prepare_append("leadership-nodes/0", shard_termed("nodes/0", 2), 1),),
+            (prepare_append("node-b", shard_termed("nodes/0", 1), NO_STREAM),),
+            (prepare_append("node-c", shard_termed("nodes/1", 1), NO_STREAM),),
+        ]
+
+        outcomes = store.backend.commit(group)
+
+        assert [type(o) for o in outcomes] == [list, list, Fenced, list]
+        assert shard_terms_along_the_log(store, "nodes/0") == [1, 1, 2]
+        assert store.leader_term("nodes/0") == 2
+
+
+class TestShardFencingInvariant:
+    @settings(
+        max_examples=25,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(
+        steps=st.lists(
+            st.tuples(st.sampled_from(["nodes/0", "nodes/1", None]), st.integers(-2, 2)),
+            max_size=12,
+        )
+    )
+    def test_each_fence_passes_exactly_the_terms_not_below_its_own(
+        self, store: EventStore, steps: list[tuple[str | None, int]]
+    ) -> None:
+        """Over any sequence of appends near their fence's recorded term, each is accepted iff
+        its term is at least the recorded term of its own fence (its shard's, or the log-wide
+        one), which then records the highest accepted; the other fences never move."""
+        recorded: dict[str | None, int] = {
+            fence: store.leader_term(fence) for fence in ("nodes/0", "nodes/1", None)
+        }
+        for fence, offset in steps:
+            term = max(1, recorded[fence] + offset)
+            events = termed(term) if fence is None else shard_termed(fence, term)
+            if term < recorded[fence]:
+                with pytest.raises(Fenced):
+                    store.append(f"s-{uuid.uuid4()}", events)
+            else:
+                store.append(f"s-{uuid.uuid4()}", events)
+                recorded[fence] = term
+            assert {f: store.leader_term(f) for f in recorded} == recorded
+        for shard in ("nodes/0", "nodes/1"):
+            along = shard_terms_along_the_log(store, shard)
+            assert along == sorted(along)
+
+
 # -- Postgres: the database orders a stale append and an election racing on two connections --
 
 
@@ -297,18 +660,29 @@ def raw_transaction(url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 def insert_raw_event(
-    conn: psycopg.Connection[Any], stream: str, version: int, term: int, *, skip: int = 0
+    conn: psycopg.Connection[Any],
+    stream: str,
+    version: int,
+    term: int,
+    *,
+    skip: int = 0,
+    shard: str | None = None,
 ) -> None:
-    """Insert an event fenced to ``term`` at the head (or ``skip`` positions past it), chained
-    to the head, as another process's appender would: fenced by the database in the same
-    statement."""
+    """Insert an event fenced to ``term`` (of ``shard``, or log-wide) at the head (or ``skip``
+    positions past it), chained to the head, as another process's appender would: fenced by the
+    database in the same statement."""
     row = conn.execute(
         "SELECT global_position, hash FROM events ORDER BY global_position DESC LIMIT 1"
     ).fetchone()
     assert row is not None
     position, previous = row[0] + 1 + skip, bytes(row[1])
     event_id, recorded_us = str(uuid.uuid4()), now_micros()
-    data_text, metadata_text = f'{{"term":{term}}}', f'{{"leader_term":{term}}}'
+    data_text = f'{{"term":{term}}}'
+    metadata_text = (
+        f'{{"leader_term":{term}}}'
+        if shard is None
+        else f'{{"leader_shard":"{shard}","leader_term":{term}}}'
+    )
     digest = chain_hash(
         previous,
         position=position,
@@ -321,15 +695,22 @@ def insert_raw_event(
         data_text=data_text,
         metadata_text=metadata_text,
     )
+    fence, fence_params = (
+        ("fleetledger_fence(%s, %s)", (term, term))
+        if shard is None
+        else (
+            "fleetledger_fence_shards(%s::text[], %s::bigint[], %s::bigint[])",
+            ([shard], [term], [term]),
+        )
+    )
     conn.execute(
-        "WITH fence AS (SELECT fleetledger_fence(%s, %s) AS ok) "
+        f"WITH fence AS (SELECT {fence} AS ok) "
         "INSERT INTO events (global_position, stream_id, stream_version, event_id, type, "
         "schema_version, data, metadata, recorded_at, hash) "
         "SELECT %s, %s, %s, %s, 'LeaderElected', 1, %s::json, %s::json, %s, %s "
         "FROM fence WHERE fence.ok",
         (
-            term,
-            term,
+            *fence_params,
             position,
             stream,
             version,
@@ -342,8 +723,8 @@ def insert_raw_event(
     )
 
 
-def wait_for_a_lock_wait(url: str) -> None:
-    """Block until some session of the test's database waits on a lock.
+def wait_for_a_lock_wait(url: str, *, sessions: int = 1) -> None:
+    """Block until ``sessions`` sessions of the test's database wait on a lock.
 
     A bounded poll of a state, not a bet on timing: the test goes on the moment the append
     under test is parked behind the open transaction.
@@ -355,10 +736,10 @@ def wait_for_a_lock_wait(url: str) -> None:
                 "SELECT count(*) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND wait_event_type = 'Lock'"
             ).fetchone()
-            if row is not None and row[0] > 0:
+            if row is not None and row[0] >= sessions:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"no session waited on a lock within {WAIT} s")
+                raise AssertionError(f"{sessions} sessions did not wait on locks within {WAIT} s")
             time.sleep(0.005)
 
 
@@ -453,3 +834,146 @@ class TestFencingRaceOnPostgres:
 
         assert raised.value.sqlstate == "LT001"
         assert postgres_store.head() == 1
+
+
+class TestShardFencingRaceOnPostgres:
+    @pytest.mark.parametrize("row", ["existing", "missing"])
+    def test_a_stale_append_of_a_shard_racing_its_election_is_refused_after_it(
+        self, postgres_store: EventStore, postgres_url: str, row: str
+    ) -> None:
+        """With the shard's election open on another connection, a stale append of the shard
+        waits for it, and once it commits is refused as Fenced; nothing of it is written. When
+        the election creates the shard's row, the append waits on that row's insert."""
+        store = postgres_store
+        elect_shard(store, "nodes/0" if row == "existing" else "nodes/9", 1)
+        with raw_transaction(postgres_url) as election:
+            insert_raw_event(election, "leadership-nodes/0", 2, term=2, shard="nodes/0")
+            stale = in_thread(lambda: store.append("node-a", shard_termed("nodes/0", 1)))
+            wait_for_a_lock_wait(postgres_url)
+            assert not stale.done()
+            election.commit()
+
+            with pytest.raises(Fenced) as raised:
+                stale.result(timeout=WAIT)
+
+        assert (raised.value.term, raised.value.current_term) == (1, 2)
+        assert store.stream_version("node-a") == 0
+        assert (store.head(), store.leader_term("nodes/0")) == (2, 2)
+        assert store.verify().ok
+
+    @pytest.mark.parametrize("row", ["existing", "missing"])
+    def test_a_stale_append_of_a_shard_that_got_in_first_commits_before_its_election(
+        self, postgres_store: EventStore, postgres_url: str, row: str
+    ) -> None:
+        """With a stale append of the shard open, the shard's election waits for it and then
+        commits after it: the log shows the shard's term 1 then 2, never the reverse."""
+        store = postgres_store
+        elect_shard(store, "nodes/0" if row == "existing" else "nodes/9", 1)
+        with raw_transaction(postgres_url) as stale:
+            insert_raw_event(stale, "node-stale", 1, term=1, shard="nodes/0")
+            election = in_thread(lambda: elect_shard(store, "nodes/0", 2))
+            wait_for_a_lock_wait(postgres_url)
+            assert not election.done()
+            stale.commit()
+
+            result = election.result(timeout=WAIT)
+
+        assert result.first_position == 3
+        assert shard_terms_along_the_log(store, "nodes/0")[-2:] == [1, 2]
+        assert store.leader_term("nodes/0") == 2
+        assert store.verify().ok
+
+    @pytest.mark.parametrize("row", ["existing", "missing"])
+    def test_the_database_alone_orders_two_racing_inserts_of_a_shard(
+        self, postgres_store: EventStore, postgres_url: str, row: str
+    ) -> None:
+        """Two inserts of one shard that do not meet on any unique index: the stale one waits
+        for the open election and is refused when it commits, by the shard's fence alone."""
+        elect_shard(postgres_store, "nodes/0" if row == "existing" else "nodes/9", 1)
+        with raw_transaction(postgres_url) as election, raw_transaction(postgres_url) as stale:
+            insert_raw_event(election, "leadership-nodes/0", 2, term=2, shard="nodes/0")
+            refused = in_thread(
+                lambda: insert_raw_event(stale, "node-stale", 1, term=1, skip=1, shard="nodes/0")
+            )
+            wait_for_a_lock_wait(postgres_url)
+            assert not refused.done()
+            election.commit()
+
+            with pytest.raises(psycopg.Error) as raised:
+                refused.result(timeout=WAIT)
+
+        assert raised.value.sqlstate == "LT001"
+        assert postgres_store.leader_term("nodes/0") == 2
+
+    @pytest.mark.parametrize(
+        ("electing", "appending"),
+        [("nodes/0", "nodes/1"), (None, "nodes/1"), ("nodes/0", None)],
+        ids=["shard beside shard", "log-wide beside shard", "shard beside log-wide"],
+    )
+    def test_an_open_election_does_not_hold_up_another_fences_append(
+        self,
+        postgres_store: EventStore,
+        postgres_url: str,
+        electing: str | None,
+        appending: str | None,
+    ) -> None:
+        """While one fence holds an election's row lock (its term raised, not yet committed),
+        an append on another fence commits at once: their statements share no row lock. (The
+        election is the fence alone, so the global position index does not order them.)"""
+        store = postgres_store
+        for fence in (electing, appending):
+            if fence is None:
+                elect(store, 1)
+            else:
+                elect_shard(store, fence, 1)
+        head = store.head()
+        events = termed(1) if appending is None else shard_termed(appending, 1)
+        with raw_transaction(postgres_url) as election:
+            if electing is None:
+                election.execute("SELECT fleetledger_fence(2, 2)")
+            else:
+                election.execute(
+                    "SELECT fleetledger_fence_shards(%s::text[], '{2}', '{2}')", ([electing],)
+                )
+
+            result = in_thread(lambda: store.append("node-a", events)).result(timeout=WAIT)
+
+            assert result.first_position == head + 1
+            election.commit()
+        assert store.leader_term(electing) == 2
+        assert store.leader_term(appending) == 1
+        assert store.verify().ok
+
+    def test_the_function_locks_shards_in_sorted_order(
+        self, postgres_store: EventStore, postgres_url: str
+    ) -> None:
+        """A statement naming nodes/1 before nodes/0 still takes nodes/0 first: waiting for an
+        open election of nodes/1, it already holds nodes/0, so an election of nodes/0 waits
+        for it. (Taken in the order given, nodes/0 would be free and that election would
+        not wait.) One total order is what keeps two such statements from deadlocking."""
+        elect_shard(postgres_store, "nodes/0", 1)
+        elect_shard(postgres_store, "nodes/1", 1)
+        fence = "SELECT fleetledger_fence_shards(%s::text[], %s::bigint[], %s::bigint[])"
+        with (
+            raw_transaction(postgres_url) as first_election,
+            raw_transaction(postgres_url) as both,
+            raw_transaction(postgres_url) as second_election,
+        ):
+            first_election.execute(fence, (["nodes/1"], [2], [2]))
+            checked = in_thread(
+                lambda: both.execute(fence, (["nodes/1", "nodes/0"], [2, 1], [2, 1]))
+            )
+            wait_for_a_lock_wait(postgres_url)
+            raised = in_thread(lambda: second_election.execute(fence, (["nodes/0"], [5], [5])))
+            wait_for_a_lock_wait(postgres_url, sessions=2)
+            assert not (checked.done() or raised.done())
+
+            first_election.commit()
+            checked.result(timeout=WAIT)
+            assert not raised.done()
+            both.commit()
+            raised.result(timeout=WAIT)
+            second_election.commit()
+
+        assert postgres_store.leader_term("nodes/0") == 5
+        assert postgres_store.leader_term("nodes/1") == 2

@@ -76,6 +76,24 @@ class TestNodesProjection:
             projection.apply(record)
         assert projection.states() == before
 
+    def test_a_page_folds_as_its_events_one_by_one(
+        self, runtime: NodesRuntime, store: EventStore
+    ) -> None:
+        """Folding the log a page at a time, other capabilities' events among the node events
+        and the first page again, gives the states, stream heads and position that folding
+        each event does."""
+        _traffic(runtime)
+        records = store.read_all(limit=10_000)
+        one_by_one, paged = NodesProjection(), NodesProjection()
+        for record in records:
+            one_by_one.apply(record)
+        for start in range(0, len(records), 7):
+            paged.apply_page(records[start : start + 7])
+        paged.apply_page(records[:7])
+        assert paged.states() == one_by_one.states()
+        assert paged.streams() == one_by_one.streams()
+        assert paged.position == one_by_one.position == store.head()
+
 
 class TestDumpstate:
     def test_live_and_replayed_dumps_are_the_same_bytes(

@@ -56,6 +56,21 @@ class TestFolding:
         assert rebuilt.subnets() == live.subnets()
         assert rebuilt.dump() == live.dump()
 
+    def test_a_page_folds_as_its_events_one_by_one(self, store: EventStore) -> None:
+        """Folding the log a page at a time, the first page again, gives the subnets, dump and
+        position that folding each event does."""
+        busy_subnet(store)
+        records = store.read_all(limit=10_000)
+        one_by_one, paged = SubnetsProjection(), SubnetsProjection()
+        for record in records:
+            one_by_one.apply(record)
+        for start in range(0, len(records), 7):
+            paged.apply_page(records[start : start + 7])
+        paged.apply_page(records[:7])
+        assert paged.subnets() == one_by_one.subnets()
+        assert paged.dump() == one_by_one.dump()
+        assert paged.position == one_by_one.position == store.head()
+
     def test_the_model_holds_what_the_subnet_decided(self, store: EventStore) -> None:
         """The read model's state is the hosted stream's, event for event."""
         runtime = busy_subnet(store)

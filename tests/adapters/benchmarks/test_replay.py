@@ -20,7 +20,7 @@ from fleetledger.adapters.benchmarks.replay_log import Template, generate_log, r
 from fleetledger.adapters.machines.streams import batch_stream_prefix, grouper_stream_id
 from fleetledger.adapters.placement.workloads import read_workloads
 from fleetledger.eventstore import EventStore
-from fleetledger.projections._reading import YOUNG_COLLECTION_THRESHOLD, bulk_read
+from fleetledger.projections._reading import bulk_read
 from fleetledger.projections.dumpstate import dumpstate_at
 from fleetledger.projections.machine_requests import MachineRequestsProjection
 from fleetledger.projections.nodes import NodesProjection
@@ -114,8 +114,8 @@ class TestReplay:
 
 class TestReplayBench:
     def test_a_tiny_run_reports_figures_beside_targets(self, sqlite_url: str) -> None:
-        """The replay is measured in a child process: events/s, seconds and peak RSS come back
-        with the targets and whether they were met, under stable JSON keys."""
+        """The replay is measured in a child process: events/s, seconds, CPU seconds and peak
+        RSS come back with the targets and whether they were met, under stable JSON keys."""
         lines: list[str] = []
         report = run_replay_bench(
             None, log=sqlite_url, events=60, page=25, scenarios=("testbed",), progress=lines.append
@@ -124,6 +124,7 @@ class TestReplayBench:
         assert set(data) == {"backend", "events", "page", "generated", "replay", "targets"}
         assert data["replay"]["folded"]["events"] == 60
         assert data["replay"]["events_per_second"] > 0
+        assert data["replay"]["cpu_seconds"] > 0
         assert 0 < data["replay"]["peak_rss_bytes"] < TARGET_PEAK_RSS_BYTES
         assert data["targets"]["events_per_second"] == TARGET_EVENTS_PER_SECOND
         assert data["targets"]["peak_rss_met"] is True
@@ -138,23 +139,44 @@ class TestReplayBench:
 
 
 class TestBulkRead:
-    def test_young_collections_are_rarer_while_folding_and_restored_after(self) -> None:
-        """The collector's young threshold is raised while any fold runs (nested folds too)
-        and back as it was once the last one ends."""
-        before = gc.get_threshold()
+    def test_the_collector_is_off_while_folding_and_on_again_after(self) -> None:
+        """Automatic collection is off while any fold runs (nested folds too) and on again
+        once the last one ends."""
+        assert gc.isenabled()
         with bulk_read():
             with bulk_read():
-                assert gc.get_threshold()[0] == YOUNG_COLLECTION_THRESHOLD
-            assert gc.get_threshold()[0] == YOUNG_COLLECTION_THRESHOLD
-        assert gc.get_threshold() == before
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+        assert gc.isenabled()
 
-    def test_thresholds_set_meanwhile_are_left_alone(self) -> None:
-        """Thresholds another part of the process set during a fold (serve's tuning of the
-        heap) are not undone when the fold ends."""
-        before = gc.get_threshold()
+    def test_a_collector_that_was_off_stays_off(self) -> None:
+        """A fold does not turn on a collector that was off before it began."""
+        gc.disable()
         try:
             with bulk_read():
-                gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, 10, 100)
-            assert gc.get_threshold() == (YOUNG_COLLECTION_THRESHOLD, 10, 100)
+                pass
+            assert not gc.isenabled()
         finally:
-            gc.set_threshold(*before)
+            gc.enable()
+
+    def test_a_collector_turned_on_meanwhile_is_left_on(self) -> None:
+        """Another part of the process that turns the collector on during a fold decided for
+        the process: the fold's end leaves it on."""
+        with bulk_read():
+            gc.enable()
+        assert gc.isenabled()
+
+    def test_folding_makes_no_reference_cycles(
+        self, sqlite_store: EventStore, templates: list[Template]
+    ) -> None:
+        """With the collector off, folding a log three times as long leaves no more garbage for
+        it to find: the models free what they replace by reference counting alone."""
+        events = _generated(sqlite_store, templates, 3)
+
+        def garbage_after(folded: int) -> int:
+            gc.collect()
+            with bulk_read():
+                replay_models(sqlite_store, events=folded, page=events)
+                return gc.collect()
+
+        assert garbage_after(events) <= garbage_after(events // 3)

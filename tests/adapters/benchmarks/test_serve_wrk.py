@@ -8,7 +8,12 @@ import time
 
 import pytest
 
-from fleetledger.adapters.benchmarks.serve_wrk import follow_outcomes, run_serve_wrk_bench
+from fleetledger.adapters.benchmarks.serve_wrk import (
+    WrkServeReport,
+    WrkServeSeries,
+    follow_outcomes,
+    run_serve_wrk_bench,
+)
 from fleetledger.eventstore import EventStore, NewEvent
 
 needs_wrk = pytest.mark.skipif(
@@ -57,6 +62,52 @@ class TestFollowOutcomes:
         )
 
         assert (followed.logged, followed.with_outcome, followed.seconds_to_see) == (3, 0, None)
+
+
+def wrk_run(*, accepted: int, p99_ms: float, outcomes_after: float | None) -> WrkServeReport:
+    """A 10 s run at 50 ms a batch with these figures."""
+    return WrkServeReport(
+        backend="postgresql",
+        connections=32,
+        seconds=10,
+        fake_latency=0.05,
+        requests=accepted,
+        accepted=accepted,
+        non_2xx=0,
+        socket_errors=0,
+        lost=0,
+        logged=accepted,
+        p50_ms=10,
+        p99_ms=p99_ms,
+        p999_ms=p99_ms,
+        max_ms=p99_ms,
+        with_outcome=accepted if outcomes_after is not None else 0,
+        seconds_to_all_outcomes=outcomes_after,
+    )
+
+
+class TestTailTarget:
+    def test_a_series_names_each_run_that_missed_and_by_what(self) -> None:
+        """The series is judged by its worst run; the report says which runs missed and why."""
+        series = WrkServeSeries(
+            (
+                wrk_run(accepted=30_000, p99_ms=25, outcomes_after=0.1),
+                wrk_run(accepted=28_000, p99_ms=53.4, outcomes_after=0.1),
+                wrk_run(accepted=24_000, p99_ms=40, outcomes_after=6.0),
+            )
+        )
+
+        assert not series.tail_passed
+        assert series.tail_misses() == [
+            "run 2: p99 53.4 ms",
+            "run 3: 2,400 POSTs/s, outcomes after 6.0 s",
+        ]
+        assert "MISSED (run 2: p99 53.4 ms; run 3:" in series.render()
+
+    def test_a_series_of_runs_within_every_bound_meets_it(self) -> None:
+        series = WrkServeSeries((wrk_run(accepted=26_000, p99_ms=49.9, outcomes_after=4.9),) * 5)
+
+        assert series.tail_passed and series.tail_misses() == []
 
 
 @needs_wrk

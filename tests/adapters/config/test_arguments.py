@@ -33,6 +33,9 @@ tokens = ["{TOKEN}"]
 lease_seconds = 15
 lease_name = "fleet"
 
+[nodes]
+shard = "1/2"
+
 [cloud]
 fake_latency = 0.25
 write_burst = 20
@@ -76,6 +79,7 @@ AS_FLAGS = [
     *("--host", "127.0.0.2", "--port", "9090", "--grace-seconds", "12", "--cluster", "fake"),
     *("--extender-port", "9091", "--extender-token", TOKEN),
     *("--lease-seconds", "15", "--lease-name", "fleet"),
+    *("--nodes-shard", "1/2"),
     *("--fake-latency", "0.25", "--write-burst", "20"),
     *("--grouper", "g", "--idle-timeout", "0.2", "--max-timeout", "2", "--max-batch-size", "10"),
     *("--placement-search-steps", "50"),

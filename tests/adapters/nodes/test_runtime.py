@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cluster import FakeCluster
-from fleetledger.adapters.nodes import FakeMigrations, NodeService, NodesRuntime, migration_reactor
+from fleetledger.adapters.nodes import (
+    FakeMigrations,
+    NodeService,
+    NodesRuntime,
+    RuntimeStopped,
+    migration_reactor,
+)
+from fleetledger.adapters.runtime import Shard
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
 from fleetledger.adapters.runtime.reactors import Reactors
 from fleetledger.domain.nodes import StartupRule
@@ -234,3 +243,209 @@ class TestThreads:
             dump = runtime.dump()
         assert dump["position"] == grant.position
         assert not runtime.running
+
+
+def _shard_runtime(
+    store: EventStore,
+    fleet: FakeCluster,
+    board: dict[str, str],
+    holder: str,
+    shard: Shard,
+    *,
+    migrations: FakeMigrations | None = None,
+) -> NodesRuntime:
+    """A runtime without threads leading ``shard`` once it wins the shard's lease on ``board``;
+    started (elected at once if the lease is free)."""
+    clock = ManualClock(EPOCH)
+    leadership = Leadership(
+        store,
+        MemoryLease(board, holder=holder, name=shard.name),
+        clock=clock,
+        holder=holder,
+        shard=shard,
+    )
+    return NodesRuntime(
+        store,
+        fleet,
+        clock=clock,
+        config=CONFIG,
+        migrations=migrations,
+        threads=False,
+        leadership=leadership,
+        shard=shard,
+    ).start()
+
+
+def _fences(store: EventStore) -> dict[str, set[tuple[object, object]]]:
+    """Each node stream's (leader_term, leader_shard) pairs of its duty events."""
+    found: dict[str, set[tuple[object, object]]] = {}
+    for record in store.read_all():
+        if record.stream_id.startswith("node-") and "leader_term" in record.metadata:
+            fence = (record.metadata["leader_term"], record.metadata.get("leader_shard"))
+            found.setdefault(record.stream_id.removeprefix("node-"), set()).add(fence)
+    return found
+
+
+ZERO, ONE = Shard("nodes", 0, 2), Shard("nodes", 1, 2)
+
+
+class TestShards:
+    def _fleet(self) -> FakeCluster:
+        names = [f"n{i:02d}" for i in range(20)]
+        return cluster(*(node(n) for n in names), pods=tuple(vm_pod(f"vm-{n}", n) for n in names))
+
+    def test_each_shard_leader_takes_over_and_syncs_only_its_own_nodes(
+        self, postgres_store: EventStore
+    ) -> None:
+        """Two runtimes on one log lead nodes/0-of-2 and nodes/1-of-2 at once: each joins and
+        restarts exactly its partition's nodes, every duty event naming its shard and term 1."""
+        fleet, board = self._fleet(), dict[str, str]()
+        first = _shard_runtime(postgres_store, fleet, board, "a", ZERO)
+        second = _shard_runtime(postgres_store, fleet, board, "b", ONE)
+        assert first.leading and second.leading
+
+        owned = {n.name: ZERO.name if ZERO.owns(n.name) else ONE.name for n in fleet.list_nodes()}
+        assert set(owned.values()) == {ZERO.name, ONE.name}
+        assert _fences(postgres_store) == {n: {(1, shard)} for n, shard in owned.items()}
+        assert first.last_restart is not None and second.last_restart is not None
+        assert first.last_restart.nodes_joined == sum(s == ZERO.name for s in owned.values())
+        assert second.last_restart.nodes_joined == sum(s == ONE.name for s in owned.values())
+        for runtime, shard in ((first, ZERO), (second, ONE)):
+            assert runtime.sync.sync().nodes_joined == 0
+            hosted = runtime.service.hosted()
+            assert {s.incarnation for n, s in hosted.items() if shard.owns(n)} == {1}
+
+    def test_agents_are_answered_for_any_shards_node(self, postgres_store: EventStore) -> None:
+        """The read model and agents' requests stay whole: the nodes/1-of-2 process grants a pod on
+        a nodes/0-of-2 node, with no term (no duty of anyone's)."""
+        fleet, board = self._fleet(), dict[str, str]()
+        _shard_runtime(postgres_store, fleet, board, "a", ZERO)
+        second = _shard_runtime(postgres_store, fleet, board, "b", ONE)
+        theirs = next(n.name for n in fleet.list_nodes() if ZERO.owns(n.name))
+
+        grant = second.service.request_resources(f"vm-{theirs}", cpu_milli=2000, memory_slots=2)
+
+        assert grant.node == theirs
+        [granted] = [r for r in postgres_store.read_stream(f"node-{theirs}")][-1:]
+        assert "leader_term" not in granted.metadata
+        assert len(second.dump()["nodes"]) == 20  # type: ignore[arg-type]
+
+    def test_a_moved_shards_old_leader_is_fenced_and_the_other_shard_goes_on(
+        self, postgres_store: EventStore
+    ) -> None:
+        """nodes/0-of-2 passes to a third runtime (term 2 of nodes/0-of-2), which takes its nodes
+        over as incarnation 2. The old nodes/0-of-2 leader's next sync append is refused and it
+        stops leading; nodes/1-of-2's leader goes on syncing at its term 1."""
+        fleet, board = self._fleet(), dict[str, str]()
+        old = _shard_runtime(postgres_store, fleet, board, "a", ZERO)
+        other = _shard_runtime(postgres_store, fleet, board, "b", ONE)
+        del board[ZERO.name]  # the old holder stalled past its lease
+        new = _shard_runtime(postgres_store, fleet, board, "c", ZERO)
+        assert new.leading and new.leadership is not None and new.leadership.term() == 2
+        mine = next(n.name for n in fleet.list_nodes() if ZERO.owns(n.name))
+        theirs = next(n.name for n in fleet.list_nodes() if ONE.owns(n.name))
+        assert new.service.stream(mine).state.incarnation == 2
+        fleet.create_pod(vm_pod("late-0", mine))
+        fleet.create_pod(vm_pod("late-1", theirs))
+        before = postgres_store.read_stream(f"node-{mine}")
+
+        with pytest.raises(RuntimeStopped):
+            old.step()
+        other.step()
+        new.step()
+
+        assert not old.leading and other.leading
+        after = postgres_store.read_stream(f"node-{mine}")
+        added = after[len(before) :]
+        assert [(r.metadata["leader_term"], r.metadata["leader_shard"]) for r in added] == [
+            (2, ZERO.name)
+        ]
+        assert (_fences(postgres_store)[theirs]) == {(1, ONE.name)}
+        assert other.service.stream(theirs).state.vm_pods.keys() >= {"late-1"}
+        assert (postgres_store.leader_term(ZERO.name), postgres_store.leader_term(ONE.name)) == (
+            2,
+            1,
+        )
+
+    def test_a_shard_takes_its_nodes_over_past_their_earlier_incarnations(
+        self, postgres_store: EventStore
+    ) -> None:
+        """A shard's first term is 1, but its nodes were taken over as incarnation 2 by an
+        earlier, unsharded controller: the shard's leader takes them over as 3, not skipping
+        them as taken over already."""
+        fleet = self._fleet()
+        manual_runtime(postgres_store, fleet).stop()
+        manual_runtime(postgres_store, fleet).stop()
+
+        runtime = _shard_runtime(postgres_store, fleet, {}, "a", ZERO)
+
+        states = runtime.service.hosted()
+        assert {s.incarnation for n, s in states.items() if ZERO.owns(n)} == {3}
+        assert {s.incarnation for n, s in states.items() if ONE.owns(n)} == {2}
+
+    def test_each_shards_reactor_starts_its_own_nodes_migrations(
+        self, postgres_store: EventStore
+    ) -> None:
+        """Pressure on a node of each shard: each leader's migration reactor starts the
+        migration of its own node only, from a checkpoint of its own."""
+        names = {ZERO: "n01", ONE: "n00"}
+        assert all(shard.owns(name) for shard, name in names.items())
+        fleet = cluster(
+            *(node(n) for n in names.values()),
+            pods=tuple(
+                pod
+                for n in names.values()
+                for pod in (
+                    vm_pod(f"small-{n}", n, cpu=(1000, 1000, 1000), memory=(1, 1, 1)),
+                    vm_pod(f"big-{n}", n, cpu=(1000, 7000, 9000), memory=(1, 1, 1)),
+                )
+            ),
+        )
+        board: dict[str, str] = {}
+        started = {ZERO: FakeMigrations(), ONE: FakeMigrations()}
+        runtimes = {
+            shard: _shard_runtime(
+                postgres_store,
+                fleet,
+                board,
+                f"p{shard.partition}",
+                shard,
+                migrations=started[shard],
+            )
+            for shard in (ZERO, ONE)
+        }
+        for name in names.values():
+            runtimes[ZERO].service.request_resources(f"big-{name}", cpu_milli=9000, memory_slots=1)
+
+        for runtime in runtimes.values():
+            runtime.step()
+
+        for shard, name in names.items():
+            assert started[shard].started
+            assert set(started[shard].started.values()) == {name}
+
+    def test_a_runtime_and_its_leadership_lead_the_same_shard(
+        self, postgres_store: EventStore
+    ) -> None:
+        """A shard without its leadership, a leadership of another shard, or a shard of
+        another capability is refused at construction, saying what to give."""
+        clock = ManualClock(EPOCH)
+
+        def leading(shard: str | None) -> Leadership:
+            return Leadership(postgres_store, MemoryLease({}, holder="a"), clock=clock, shard=shard)
+
+        for leadership, shard, problem in (
+            (leading(None), ZERO, "leads every node"),
+            (leading("nodes/1-of-2"), ZERO, "leads shard 'nodes/1-of-2'"),
+            (leading("nodes/0-of-2"), None, "no shard"),
+            (None, Shard("machines", 0, 2), "a shard of the nodes"),
+        ):
+            with pytest.raises(ValueError, match=problem):
+                NodesRuntime(
+                    postgres_store,
+                    cluster(),
+                    clock=clock,
+                    threads=False,
+                    leadership=leadership,
+                    shard=shard,
+                )

@@ -17,6 +17,7 @@ from fleetledger.adapters.placement import (
 )
 from fleetledger.domain import nodes
 from fleetledger.eventstore import EventStore
+from tests.counting_store import CountingStore
 
 from .support import CPU_POOL, T0, FakeMachines, join, node_service, workload
 
@@ -181,6 +182,55 @@ class TestRelease:
         service.release("a")
         report = service.place_batch([workload("b", 4000)])
         assert report.workers_requested == ()
+
+    def test_release_each_releases_many_nodes_workloads_in_one_append(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """Placed workloads on three nodes and one waiting for a worker: the placed ones leave
+        in one append, their nodes' PodDeleted together, the waiting one gives its share of the
+        worker back (it has nothing in the log to release: it was never submitted through the
+        log); an unknown id is reported, not raised, and stops nothing."""
+        counting = CountingStore(store)
+        service = service_on(counting, machines, 3)  # type: ignore[arg-type]
+        service.place_batch([workload(f"w{i}", 2000) for i in range(6)])
+        service.set_worker_status("cpu-000", "draining")
+        service.set_worker_status("cpu-001", "draining")
+        service.set_worker_status("cpu-002", "draining")
+        service.place_batch([workload("waiting", 3000)])
+        assert service.status("waiting").state == "pending-provisioning"
+        head, commits = store.head(), counting.commits
+
+        errors = service.release_each([f"w{i}" for i in range(6)] + ["waiting", "nope"])
+
+        assert list(errors) == ["nope"] and isinstance(errors["nope"], UnknownWorkload)
+        assert counting.commits - commits == 1
+        released = store.read_all(after=head, limit=100)
+        deleted = [r for r in released if r.type == "nodes.PodDeleted"]
+        assert sorted(r.data["pod"] for r in deleted) == [f"w{i}" for i in range(6)]
+        assert {r.stream_id for r in deleted} == {nodes.stream_id(f"cpu-{i:03}") for i in range(3)}
+        for workload_id in [*(f"w{i}" for i in range(6)), "waiting"]:
+            assert service.status(workload_id).state == "released"
+
+    def test_a_release_after_a_batch_reads_no_node_stream(
+        self, store: EventStore, machines: FakeMachines
+    ) -> None:
+        """The batch's reservations are handed to the hosted node streams as committed, so a
+        release decides on them without reading the node back, and hands its PodDeleted on
+        the same way: the stream then equals one read from the log."""
+        counting = CountingStore(store)
+        service = service_on(counting, machines, 1)  # type: ignore[arg-type]
+        service.place_batch([workload("a", 2000), workload("b", 2000)])
+        node = service.status("a").node
+        assert node is not None
+        reads = counting.stream_reads
+
+        service.release_each(["a"])
+
+        assert counting.stream_reads == reads
+        hosted = service.nodes_service.stream(node)
+        fresh = node_service(store).stream(node)
+        assert (hosted.version, hosted.state) == (fresh.version, fresh.state)
+        assert "a" not in hosted.state.other_pods and "b" in hosted.state.other_pods
 
     def test_unknown(self, store: EventStore, machines: FakeMachines) -> None:
         """An id never submitted is UnknownWorkload."""

@@ -346,6 +346,67 @@ class TestLoad:
         assert stream.state.total == 6
 
 
+def commit_elsewhere(store: EventStore, stream: Hosted, by: int) -> tuple[list[Event], list[str]]:
+    """An ``Increment`` decided on the stream's state, committed without it (as another
+    capability's transaction carries a stream's events); the events and their ids."""
+    events = list(COUNTER.decide(stream.state, Increment(f"elsewhere-{by}", by, EPOCH)))
+    records = COUNTER.codec.encode(
+        stream.stream_id,
+        stream.version + 1,
+        events,
+        causation_ids=["elsewhere"] * len(events),
+        actor="other",
+    )
+    store.append(stream.stream_id, records, expected_version=stream.version)
+    return events, [str(record.event_id) for record in records]
+
+
+class TestFoldCommitted:
+    def test_events_committed_elsewhere_are_folded_without_a_read(self, store: EventStore) -> None:
+        """The stream stands just before them: folded as a load would fold them, observers
+        told, and nothing read."""
+        counting = CountingReads(store)
+        stream: Hosted = HostedStream(counting, COUNTER, "counter-f", clock=ManualClock(EPOCH))  # type: ignore[arg-type]
+        stream.execute(plan("f-1"))  # type: ignore[arg-type]
+        heard: list[int] = []
+        stream.on_events(lambda folded: heard.extend(f.version for f in folded))
+        events, ids = commit_elsewhere(store, stream, 5)
+        reads = counting.reads
+
+        assert stream.fold_committed(events, first_version=2, event_ids=ids)
+
+        assert counting.reads == reads
+        assert (stream.version, stream.state.total, heard) == (2, 6, [2])
+        fresh: Hosted = HostedStream(store, COUNTER, "counter-f", clock=ManualClock(EPOCH))
+        fresh.load()
+        assert (fresh.version, fresh.state) == (stream.version, stream.state)
+
+    def test_a_stream_another_writer_moved_is_left_to_its_next_load(
+        self, store: EventStore
+    ) -> None:
+        """Behind what was committed: nothing folded, and the next load reads it all."""
+        stream: Hosted = HostedStream(store, COUNTER, "counter-g", clock=ManualClock(EPOCH))
+        stream.execute(plan("g-1"))  # type: ignore[arg-type]
+        other: Hosted = HostedStream(store, COUNTER, "counter-g", clock=ManualClock(EPOCH))
+        other.execute(plan("g-2", 2))  # type: ignore[arg-type]
+        events, ids = commit_elsewhere(store, other, 5)
+
+        assert not stream.fold_committed(events, first_version=3, event_ids=ids)
+        assert (stream.version, stream.state.total) == (1, 1)
+
+        stream.load()
+        assert (stream.version, stream.state.total) == (3, 8)
+
+    def test_a_stream_not_loaded_yet_folds_nothing(self, store: EventStore) -> None:
+        stream: Hosted = HostedStream(store, COUNTER, "counter-h", clock=ManualClock(EPOCH))
+        other: Hosted = HostedStream(store, COUNTER, "counter-h", clock=ManualClock(EPOCH))
+        events, ids = commit_elsewhere(store, other, 5)
+
+        assert not stream.fold_committed(events, first_version=1, event_ids=ids)
+        stream.load()
+        assert (stream.version, stream.state.total) == (1, 5)
+
+
 class TestRecentEvents:
     def test_the_writers_read_models_are_handed_what_its_streams_commit(
         self, store: EventStore

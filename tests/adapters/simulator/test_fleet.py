@@ -18,11 +18,26 @@ TINY = FleetSettings(nodes=50, workloads_per_hour=1200, hours=0.1)
 """50 nodes for six virtual minutes: ~120 workloads, five VM pods, a machine, a restart."""
 
 
+PROGRESS: list[str] = []
+"""The progress lines of the module's run."""
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[FleetReport, str]:
     url = f"sqlite:///{tmp_path_factory.mktemp('fleet') / 'fleet.db'}"
     migrate.upgrade(url)
-    return run_fleet_scenario(3, url=url, settings=TINY), url
+    return run_fleet_scenario(3, url=url, settings=TINY, progress=PROGRESS.append), url
+
+
+def test_a_run_reports_its_progress_as_it_goes(fleet: tuple[FleetReport, str]) -> None:
+    """About twenty lines over the virtual time, each further on, with the events so far."""
+    report, _ = fleet
+    assert 15 <= len(PROGRESS) <= 21
+    reached = [float(line.split()[1].replace(",", "")) for line in PROGRESS]
+    assert reached == sorted(reached) and reached[-1] < report.virtual_seconds
+    events = [int(line.split(", ")[-2].split()[0].replace(",", "")) for line in PROGRESS]
+    assert events == sorted(events) and 0 < events[-1] <= report.events
+    assert all("of 360 virtual s" in line and "x real time" in line for line in PROGRESS[1:])
 
 
 def test_every_capability_appends_to_the_one_log(fleet: tuple[FleetReport, str]) -> None:
