@@ -42,6 +42,7 @@ from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactors
 from fleetledger.domain.ipam import IpamConfig
 from fleetledger.eventstore import EventStore
+from fleetledger.projections._reading import bulk_read
 from fleetledger.projections.subnets import SUBNET_EVENT_TYPE_NAMES, SubnetsProjection
 
 from .allocator import IpAllocator
@@ -152,7 +153,8 @@ class IpamRuntime:
         if self._running:
             return self
         self._running = True
-        self.projection.catch_up(self.store)
+        with bulk_read():  # the whole log folded once: no collections meanwhile
+            self.projection.catch_up(self.store)
         if self._threads:
             self._follower.start()
         self.duties.start(threads=self._threads)

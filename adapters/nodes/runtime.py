@@ -46,6 +46,7 @@ from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactor, Reactors
 from fleetledger.domain.nodes import NodeConfig, NodeEvent, StartupRule
 from fleetledger.eventstore import EventStore
+from fleetledger.projections._reading import bulk_read
 from fleetledger.projections.nodes import NODE_EVENT_TYPE_NAMES, NodesProjection, dump_json
 
 from .aggregate import node_of_stream
@@ -158,8 +159,10 @@ class NodesRuntime:
         if self._running:
             return self
         # One pass of the log folds the read model, and the node streams start from its
-        # states: no stream is read back one by one.
-        self.projection.catch_up(self.store)
+        # states: no stream is read back one by one. A one-shot fold of the whole log, so the
+        # collector waits until it is done (bulk_read).
+        with bulk_read():
+            self.projection.catch_up(self.store)
         position, heads = self.projection.streams()
         self.service.host(heads, position=position)
         self._running = True

@@ -48,6 +48,7 @@ from fleetledger.domain.placement import (
     check_request,
 )
 from fleetledger.eventstore import EventStore
+from fleetledger.projections._reading import bulk_read
 
 from .collector import Collector
 from .errors import InvalidWorkload, PlacementError, RuntimeStopped
@@ -153,7 +154,8 @@ class PlacementRuntime:
         for node in nodes_service.logged_nodes():
             nodes_service.stream(node)
         if not self._recovered:
-            self.collector.put(self.service.recover())
+            with bulk_read():  # every workload's events folded once: no collections meanwhile
+                self.collector.put(self.service.recover())
             self._recovered = True
             self._followed_term = self._leadership.term() if self._leadership else None
             self._followed_at = self.clock.now()

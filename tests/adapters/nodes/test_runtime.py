@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from fleetledger.adapters.clock import ManualClock
@@ -17,7 +19,7 @@ from fleetledger.adapters.runtime import Shard
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
 from fleetledger.adapters.runtime.reactors import Reactors
 from fleetledger.domain.nodes import StartupRule
-from fleetledger.eventstore import EventStore
+from fleetledger.eventstore import EventStore, RecordedEvent
 from fleetledger.projections.nodes import NodesProjection, dump_json, dumpstate_at
 from tests.counting_store import CountingStore
 
@@ -176,6 +178,29 @@ class TestStart:
                 loaded.last_event_id,
             )
         assert second.service.node_of("a") == "n1"
+
+    def test_the_start_folds_the_log_without_collections_and_turns_them_back_on(
+        self, store: EventStore
+    ) -> None:
+        """The fold of the whole log at start-up is one-shot: the collector is off while it
+        runs (as in a replay) and on again once the runtime has started."""
+        fleet = cluster(node("n1"), pods=(vm_pod("a", "n1"),))
+        manual_runtime(store, fleet).stop()
+        restarted = NodesRuntime(store, fleet, clock=ManualClock(EPOCH), threads=False)
+        folding: list[bool] = []
+        fold = restarted.projection.apply
+
+        def watched(record: RecordedEvent) -> None:
+            folding.append(gc.isenabled())
+            fold(record)
+
+        restarted.projection.apply = watched  # type: ignore[method-assign]
+        assert gc.isenabled()
+
+        restarted.start()
+
+        assert folding and not any(folding)
+        assert gc.isenabled()
 
     def test_a_stream_started_from_the_read_model_appends_after_it(self, store: EventStore) -> None:
         """The first decision of a restarted process continues each stream's versions."""
