@@ -654,6 +654,11 @@ class PlacementService:
         for workload_id, node in placed:
             by_node.setdefault(node, []).append(workload_id)
         errors: dict[str, PlacementError | LogUnavailable] = {}
+
+        def the_rest_failed(error: LogUnavailable) -> dict[str, PlacementError | LogUnavailable]:
+            """Nothing was appended: every workload its node did not refuse gets ``error``."""
+            return {w: error for w, _ in placed if w not in errors} | errors
+
         # A stream is decided on as hosted once it holds what this service appended to it;
         # after a conflict it is read back whole.
         stale: set[str] = set()
@@ -661,8 +666,8 @@ class PlacementService:
             try:
                 decided_nodes = self._decide_deletions(by_node, stale, errors)
             except StoreUnavailable as e:
-                failed = LogUnavailable(f"could not release {len(placed)} workloads: {e}")
-                return {workload_id: failed for workload_id, _ in placed}
+                named = ", ".join(w for w, _ in placed[:3]) + (", …" if len(placed) > 3 else "")
+                return the_rest_failed(LogUnavailable(f"could not release {named}: {e}"))
             appends: list[StreamAppend] = []
             decided: dict[str, tuple[int, Workload]] = {}
             for node, (version, events, released) in decided_nodes.items():
@@ -687,15 +692,16 @@ class PlacementService:
                     stale.add(moved)
                 continue
             except LogUnavailable as e:
-                return {w: e for w, _ in placed if w not in errors} | errors
+                return the_rest_failed(e)
             self._recorded(decided)
             self._fold_deletions(decided_nodes, appends)
             return errors
-        failed = LogUnavailable(
-            f"nodes {', '.join(sorted(by_node))} kept changing while their workloads were "
-            "released; release them again"
+        return the_rest_failed(
+            LogUnavailable(
+                f"nodes {', '.join(sorted(by_node))} kept changing while their workloads were "
+                "released; release them again"
+            )
         )
-        return {w: failed for w, _ in placed if w not in errors} | errors
 
     def _decide_deletions(
         self,
