@@ -36,6 +36,7 @@ from fleetledger.eventstore._types import (
     RecordedEvent,
     Snapshot,
     StreamAppend,
+    TypesPage,
     VerifyReport,
 )
 from fleetledger.eventstore._upcasting import Upcaster, Upcasters
@@ -75,6 +76,7 @@ __all__ = [
     "StreamAppend",
     "Subscription",
     "SubscriptionFailed",
+    "TypesPage",
     "Upcaster",
     "Upcasters",
     "VerifyReport",
@@ -98,7 +100,7 @@ def open_store(
     names the command to run) and StoreUnavailable when it cannot be reached.
 
     ``durable=False`` is for scratch logs (a simulation's): on SQLite a commit then survives a
-    process crash but not a power loss, and costs no fsync.
+    process crash but not a power loss, and waits for no fsync, not even a checkpoint's.
     """
     backend = SqlBackend(resolve_url(url), pool_size=pool_size, durable=durable)
     try:

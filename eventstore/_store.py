@@ -33,6 +33,7 @@ from fleetledger.eventstore._types import (
     RecordedEvent,
     Snapshot,
     StreamAppend,
+    TypesPage,
     VerifyReport,
 )
 from fleetledger.eventstore._upcasting import Upcasters
@@ -193,6 +194,22 @@ class EventStore:
             raise InvalidEvent("types must be a list of event type names, not a string")
         rows = self._backend.read_all(after=after, limit=limit, types=types)
         return self._upcast(rows)
+
+    def read_types(self, *, after: int, types: Sequence[str], limit: int = 1000) -> TypesPage:
+        """Up to ``limit`` events of ``types`` after ``after``, in global order, and the position
+        the read covered (:class:`TypesPage`): the last event's when the page is full, else the
+        head as it was before the read (or the last event's, if one committed since).
+
+        That head is sound because global order is commit order: every event at or before it
+        had committed when the page was read, and so had every event before one the page holds.
+        It costs one more (index-only) query. A reader that continued from its last event
+        instead would have the database walk, on every later read, all the other types' events
+        appended since: Postgres plans a rare type's page as a walk of the log by position.
+        """
+        head = self.head()
+        events = self.read_all(after=after, limit=limit, types=types)
+        last = events[-1].global_position if events else after
+        return TypesPage(events, last if len(events) == limit else max(head, last))
 
     def stream_version(self, stream_id: str) -> int:
         """The stream's current version, 0 when it does not exist."""

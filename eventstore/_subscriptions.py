@@ -17,7 +17,7 @@ import sqlalchemy as sa
 import structlog
 
 from fleetledger.eventstore._sql import SqlBackend
-from fleetledger.eventstore._types import RecordedEvent
+from fleetledger.eventstore._types import RecordedEvent, TypesPage
 from fleetledger.eventstore.errors import InvalidEvent, StoreUnavailable, SubscriptionFailed
 
 __all__ = ["Handler", "Subscription"]
@@ -38,6 +38,8 @@ class SubscribedLog(Protocol):
     def read_all(
         self, *, after: int = 0, limit: int = 1000, types: Sequence[str] | None = None
     ) -> list[RecordedEvent]: ...
+
+    def read_types(self, *, after: int, types: Sequence[str], limit: int = 1000) -> TypesPage: ...
 
     def wake(self) -> None: ...
 
@@ -74,6 +76,9 @@ class Subscription:
         self._poll_interval = poll_interval
         self._handler_writes = handler_writes
         self._position = store.backend.load_checkpoint(name)
+        self._scanned = self._position
+        """How far the log holds no unhandled event of the subscription's types: past the
+        checkpoint, which moves only with those events (see :meth:`_read_page`)."""
         self._progress = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -92,7 +97,7 @@ class Subscription:
         """
         target = self._store.head()
         handled = 0
-        while self.position < target:
+        while max(self.position, self._scanned) < target:
             count = self._handle_page()
             if count == 0:
                 break
@@ -166,11 +171,22 @@ class Subscription:
                 self._store.wait_for_wake(seen, self._poll_interval, types=self._types)
         log.info("subscription stopped", subscription=self.name, position=self.position)
 
-    def _handle_page(self) -> int:
-        events = self._store.read_all(
-            after=self.position, limit=self._batch_size, types=self._types
+    def _read_page(self) -> tuple[list[RecordedEvent], int]:
+        """The next events to handle, and how far the log has been read once they are. A
+        subscription to some types reads on from where its last read ended, not from its last
+        event: one of a rare type would otherwise read every event appended since, each time."""
+        if self._types is None:
+            events = self._store.read_all(after=self.position, limit=self._batch_size)
+            return events, events[-1].global_position if events else self.position
+        page = self._store.read_types(
+            after=max(self.position, self._scanned), types=self._types, limit=self._batch_size
         )
+        return page.events, page.through
+
+    def _handle_page(self) -> int:
+        events, through = self._read_page()
         if not events:
+            self._scanned = max(self._scanned, through)
             return 0
         failed: tuple[RecordedEvent, Exception] | None = None
         last = self.position
@@ -205,7 +221,9 @@ class Subscription:
             if last != stored:
                 self._store.backend.store_checkpoint(conn, self.name, last)
         self._set_position(last)
-        if failed is not None:
+        if failed is None:
+            self._scanned = max(self._scanned, through)
+        else:
             event, error = failed
             failure = SubscriptionFailed(self.name, event.global_position, error)
             log.error(

@@ -18,6 +18,7 @@ __all__ = [
     "RecordedEvent",
     "Snapshot",
     "StreamAppend",
+    "TypesPage",
     "VerifyReport",
 ]
 
@@ -123,3 +124,17 @@ class Snapshot:
     schema_version: int
     state: Mapping[str, Any]
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TypesPage:
+    """A page of the events of some types (:meth:`EventStore.read_types`) and how far it read.
+
+    ``through``: every event of those types at or before this position is in ``events`` or was
+    before the page's start. A reader that continues from ``through`` instead of from its last
+    event skips the other types' events for good: a reader of rare types no longer walks
+    everything appended since its last match on every read.
+    """
+
+    events: list[RecordedEvent]
+    through: int

@@ -142,19 +142,20 @@ def catch_up(
     *,
     types: Sequence[str],
     apply: Callable[[RecordedEvent], None],
-    to_head: bool = False,
-) -> tuple[int, int | None]:
-    """Apply every event of ``types`` after ``after``; returns how many were applied and, with
-    ``to_head``, the head the model is now current to (else ``None``).
+) -> tuple[int, int]:
+    """Apply every event of ``types`` after ``after``; returns how many were applied and the
+    position the model is now current to.
 
-    Everything up to a head read first is committed (global order is commit order), so once the
-    filtered read is done the model is current up to it: its position may move past the events of
-    other capabilities, so that a dump or a readiness check can compare it with the head. That
-    costs a query, which a follower woken by every append does without.
+    That position is past the other capabilities' events too (:meth:`EventStore.read_types`):
+    a dump or a readiness check compares it with the head, and the next catch-up starts there
+    instead of reading those events again.
     """
-    head = store.head() if to_head else None
     applied = 0
-    for record in events_after(store, after, types=types, until=head):
-        apply(record)
-        applied += 1
-    return applied, head
+    while True:
+        page = store.read_types(after=after, types=types, limit=PAGE)
+        for record in page.events:
+            apply(record)
+        applied += len(page.events)
+        after = page.through
+        if len(page.events) < PAGE:
+            return applied, after

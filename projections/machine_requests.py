@@ -198,15 +198,14 @@ class MachineRequestsProjection:
         with self._changed:
             return self._grouper_version
 
-    def catch_up(self, store: EventStore, *, to_head: bool = False) -> int:
+    def catch_up(self, store: EventStore) -> int:
         """Read and apply every relevant event after :attr:`position`; return how many were read.
-        With ``to_head`` the position then moves to the head read first (past other events)."""
+        The position then moves past the other events read over (see ``_reading.catch_up``)."""
         with self._reading:
-            read, head = catch_up(
-                store, self.position, types=REQUEST_EVENT_TYPES, apply=self.apply, to_head=to_head
+            read, through = catch_up(
+                store, self.position, types=REQUEST_EVENT_TYPES, apply=self.apply
             )
-            if head is not None:
-                self._read_up_to(head)
+            self._read_up_to(through)
         return read
 
     def _read_up_to(self, position: int) -> None:

@@ -122,16 +122,15 @@ class NodesProjection:
                 None,
             )
 
-    def catch_up(self, store: EventStore, *, to_head: bool = False) -> int:
-        """Fold every node event after :attr:`position`; return how many were read. With
-        ``to_head`` the position then moves to the head read first (past other events)."""
+    def catch_up(self, store: EventStore) -> int:
+        """Fold every node event after :attr:`position`; return how many were read. The
+        position then moves past the other events read over (see ``_reading.catch_up``)."""
         with self._reading:
-            read, head = catch_up(
-                store, self.position, types=NODE_EVENT_TYPE_NAMES, apply=self.apply, to_head=to_head
+            read, through = catch_up(
+                store, self.position, types=NODE_EVENT_TYPE_NAMES, apply=self.apply
             )
-            if head is not None:
-                with self._lock:
-                    self._position = max(self._position, head)
+            with self._lock:
+                self._position = max(self._position, through)
         return read
 
     def apply(self, record: RecordedEvent) -> None:

@@ -80,20 +80,15 @@ class SubnetsProjection:
                 if s.state.subnet_id is not None
             }
 
-    def catch_up(self, store: EventStore, *, to_head: bool = False) -> int:
-        """Fold every subnet event after :attr:`position`; return how many were read. With
-        ``to_head`` the position then moves to the head read first (past other events)."""
+    def catch_up(self, store: EventStore) -> int:
+        """Fold every subnet event after :attr:`position`; return how many were read. The
+        position then moves past the other events read over (see ``_reading.catch_up``)."""
         with self._reading:
-            read, head = catch_up(
-                store,
-                self.position,
-                types=SUBNET_EVENT_TYPE_NAMES,
-                apply=self.apply,
-                to_head=to_head,
+            read, through = catch_up(
+                store, self.position, types=SUBNET_EVENT_TYPE_NAMES, apply=self.apply
             )
-            if head is not None:
-                with self._lock:
-                    self._position = max(self._position, head)
+            with self._lock:
+                self._position = max(self._position, through)
         return read
 
     def apply(self, record: RecordedEvent) -> None:

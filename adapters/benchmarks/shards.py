@@ -476,7 +476,7 @@ def _state(store: EventStore) -> tuple[int, str]:
     position, which the interleaving of the shards' appends moves)."""
     projection = NodesProjection()
     with bulk_read():
-        projection.catch_up(store, to_head=True)
+        projection.catch_up(store)
     dump = {key: value for key, value in projection.dump().items() if key != "position"}
     nodes = dump.get("nodes")
     text = dump_json(dump)

@@ -315,9 +315,9 @@ def _readiness(
         runtime.store.backend.check_schema()
     except SchemaOutOfDate as e:
         problems.append(str(e))
-    # Readiness is asked rarely: the read model reads up to the head itself here, so the lag
-    # counts only events it has not folded, not other capabilities' events it skips.
-    runtime.projection.catch_up(runtime.store, to_head=True)
+    # The read model catches up first (to the head, past other capabilities' events), so the
+    # lag counts only what arrived since.
+    runtime.projection.catch_up(runtime.store)
     lag = max(0, head - runtime.projection.position)
     if lag > _READY_LAG_EVENTS:
         problems.append(f"read model {lag} events behind the log")

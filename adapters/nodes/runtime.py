@@ -204,7 +204,7 @@ class NodesRuntime:
     def dump(self) -> dict[str, object]:
         """Dumpstate of the read model (catching it up first, so it includes this process's
         latest appends, and reflecting the head of the log)."""
-        self.projection.catch_up(self.store, to_head=True)
+        self.projection.catch_up(self.store)
         return self.projection.dump()
 
     def dump_json(self) -> str:
@@ -263,7 +263,7 @@ class NodesRuntime:
         from the log as of now (this process's streams of nodes it did not lead may be stale)."""
         if self.shard is None:
             return term if term is not None else self._next_incarnation()
-        self.projection.catch_up(self.store, to_head=True)
+        self.projection.catch_up(self.store)
         owned = [
             state.incarnation
             for name, state in self.projection.states().items()

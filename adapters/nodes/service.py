@@ -210,21 +210,21 @@ class NodeService:
         return self._streams[node]
 
     def logged_nodes(self) -> list[str]:
-        """Every node that ever joined, from the log (each call reads only the joins since the
-        last: a pass over a fleet reads nothing new)."""
+        """Every node that ever joined, from the log (each call reads only what was appended
+        since the last: a pass over a fleet reads nothing new)."""
         with self._reading:
             while True:
-                records = self._store.read_all(
-                    after=self._joins_read, limit=_PAGE, types=[_JOINED_TYPE]
+                page = self._store.read_types(
+                    after=self._joins_read, types=[_JOINED_TYPE], limit=_PAGE
                 )
-                for record in records:
+                for record in page.events:
                     node = node_of_stream(record.stream_id)
                     if node is not None:
                         self._joined.add(node)
-                if records:
-                    self._joins_read = records[-1].global_position
+                if page.events:
                     self._joined_sorted = None
-                if len(records) < _PAGE:
+                self._joins_read = page.through
+                if len(page.events) < _PAGE:
                     if self._joined_sorted is None:
                         self._joined_sorted = sorted(self._joined)
                     return list(self._joined_sorted)

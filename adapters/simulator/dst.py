@@ -1151,7 +1151,7 @@ class _World:
             return None
         position = store.head()
         leader.machines.projection.catch_up(store)
-        leader.ipam.projection.catch_up(store, to_head=True)
+        leader.ipam.projection.catch_up(store)
         # Placement appends its reservations to the node streams itself: the node service's
         # hosted streams fold them when they next load (as before any decision on them).
         for node in leader.nodes.service.hosted():

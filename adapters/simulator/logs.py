@@ -2,8 +2,8 @@
 
 The scratch file lives in RAM-backed ``/dev/shm`` when there is one (a throwaway log gains nothing
 from ``fsync``) and is removed afterwards. A given database is migrated to the schema's head first.
-Either is opened without an ``fsync`` per commit (``durable=False``): a scenario crashes its
-processes, never the machine, and a SQLite commit survives a process crash without one.
+Either is opened without ``fsync`` (``durable=False``): a scenario crashes its processes, never
+the machine, and a SQLite commit survives a process crash without one.
 """
 
 from __future__ import annotations

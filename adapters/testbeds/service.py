@@ -79,6 +79,8 @@ __all__ = ["Kind", "Part", "Reads", "TestbedsService", "Written"]
 
 log = structlog.get_logger(__name__)
 
+_CATALOG_PAGE = 1000
+
 S = TypeVar("S")
 C = TypeVar("C")
 E = TypeVar("E")
@@ -213,14 +215,19 @@ class TestbedsService:
         with self._catalog_lock:
             while True:
                 try:
-                    records = self.store.read_all(after=self._position, types=self._catalog_types)
+                    page = self.store.read_types(
+                        after=self._position, types=self._catalog_types, limit=_CATALOG_PAGE
+                    )
                 except EventStoreError as e:
                     raise LogUnavailable(f"could not read the log's new events: {e}") from e
-                for record in records:
+                for record in page.events:
                     self._position = record.global_position
                     self._catalogue(record)
-                read += len(records)
-                if len(records) < 1000:
+                # Past the other capabilities' events too: a catalog that rarely changes would
+                # otherwise have the next call read everything appended since its last change.
+                self._position = page.through
+                read += len(page.events)
+                if len(page.events) < _CATALOG_PAGE:
                     return read
 
     def _catalogue(self, record: RecordedEvent) -> None:

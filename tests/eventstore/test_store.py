@@ -223,6 +223,46 @@ class TestReadAll:
             store.read_all(types="Started")
 
 
+class TestReadTypes:
+    @pytest.fixture
+    def mixed(self, store: EventStore) -> EventStore:
+        """One rare event among others: Rare at 2, Common at 1 and 3 to 6."""
+        store.append("vm-1", new_events(1, type="Common"))
+        store.append("vm-2", new_events(1, type="Rare"))
+        store.append("vm-3", new_events(4, type="Common"))
+        return store
+
+    def test_a_short_page_covers_the_log_to_its_head(self, mixed: EventStore) -> None:
+        """Every event of the types is in the page, and the read covered the others after it:
+        a reader continuing from ``through`` skips them."""
+        page = mixed.read_types(after=0, types=["Rare"])
+
+        assert [e.global_position for e in page.events] == [2]
+        assert page.through == 6
+
+    def test_nothing_of_the_types_still_covers_the_log(self, mixed: EventStore) -> None:
+        page = mixed.read_types(after=2, types=["Rare"])
+
+        assert page.events == []
+        assert page.through == 6
+
+    def test_a_full_page_covers_up_to_its_last_event(self, mixed: EventStore) -> None:
+        """More may follow a full page: the next read starts after its last event."""
+        page = mixed.read_types(after=0, types=["Common"], limit=2)
+
+        assert [e.global_position for e in page.events] == [1, 3]
+        assert page.through == 3
+
+    def test_a_reader_ahead_of_the_log_stays_where_it_is(self, mixed: EventStore) -> None:
+        assert mixed.read_types(after=9, types=["Rare"]).through == 9
+
+    def test_the_same_checks_as_read_all(self, store: EventStore) -> None:
+        with pytest.raises(InvalidEvent, match="types"):
+            store.read_types(after=0, types="Rare")
+        with pytest.raises(InvalidEvent, match="limit"):
+            store.read_types(after=0, types=["Rare"], limit=0)
+
+
 class TestHeadAndStreamVersion:
     def test_empty_log(self, store: EventStore) -> None:
         """An empty log has head 0 and every stream has version 0."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 import sqlalchemy as sa
 from structlog.testing import capture_logs
@@ -14,6 +16,7 @@ from fleetledger.eventstore import (
     Subscription,
     SubscriptionFailed,
 )
+from tests.counting_store import CountingStore
 from tests.eventstore.support import new_events
 
 WAIT = 20.0
@@ -114,6 +117,34 @@ class TestCatchUpAndLive:
         store.subscribe("starts", recorder, types=["Started"], start=False).run_until_caught_up()
 
         assert recorder.seen == [1, 2, 4]
+
+    def test_a_rare_type_is_read_for_from_where_the_last_read_ended(
+        self, store: EventStore
+    ) -> None:
+        """Not from its last event, which would read every other event appended since on each
+        call: the checkpoint stays at the last event handled, the reads move on."""
+        store.append("vm-1", new_events(1, type="Rare"))
+        store.append("vm-2", new_events(3, type="Common"))
+        reads = CountingStore(store)
+        recorder = Recorder()
+        subscription = Subscription(
+            cast(EventStore, reads),
+            "rare",
+            recorder,
+            types=["Rare"],
+            batch_size=100,
+            poll_interval=30.0,
+        )
+
+        assert subscription.run_until_caught_up() == 1
+        store.append("vm-2", new_events(2, type="Common"))
+        assert subscription.run_until_caught_up() == 0
+        store.append("vm-1", new_events(1, type="Rare"))
+        assert subscription.run_until_caught_up() == 1
+
+        assert reads.types_reads_after == [0, 4, 6]
+        assert recorder.seen == [1, 7]
+        assert subscription.position == 7
 
     def test_two_names_are_independent(self, store: EventStore) -> None:
         """Each subscription name has its own checkpoint."""

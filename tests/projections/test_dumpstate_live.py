@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
-from fleetledger.eventstore import EventStore, RecordedEvent
+from fleetledger.eventstore import EventStore, RecordedEvent, TypesPage
 from fleetledger.projections.dumpstate import with_subnets
 from fleetledger.projections.nodes import dump_json
 from fleetledger.projections.subnets import SUBNET_EVENT_TYPE_NAMES
@@ -26,9 +26,16 @@ class ReadingStore:
     def read_all(
         self, *, after: int = 0, limit: int = 1000, types: Sequence[str] | None = None
     ) -> list[RecordedEvent]:
+        self._note(after, types)
+        return self._inner.read_all(after=after, limit=limit, types=types)
+
+    def read_types(self, *, after: int, types: Sequence[str], limit: int = 1000) -> TypesPage:
+        self._note(after, types)
+        return self._inner.read_types(after=after, types=types, limit=limit)
+
+    def _note(self, after: int, types: Sequence[str] | None) -> None:
         if types is not None and set(types) & set(SUBNET_EVENT_TYPE_NAMES):
             self.subnet_reads_after.append(after)
-        return self._inner.read_all(after=after, limit=limit, types=types)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)

@@ -10,7 +10,7 @@ import pytest
 
 from fleetledger.eventstore import EventStore, NewEvent, RecordedEvent
 from fleetledger.eventstore.errors import StoreUnavailable
-from fleetledger.projections._reading import log_pages
+from fleetledger.projections._reading import catch_up, log_pages
 
 
 @pytest.fixture
@@ -77,3 +77,20 @@ class TestLogPages:
     def test_a_page_size_below_one_is_refused(self, log: EventStore) -> None:
         with pytest.raises(ValueError, match="at least 1"):
             list(log_pages(log, page=0))
+
+
+class TestCatchUp:
+    def test_the_model_is_current_past_the_other_types(self, log: EventStore) -> None:
+        """Its events applied, and the position at the head: the next catch-up does not read
+        the other events again."""
+        log.append("rare-1", [NewEvent("Rare", {})])
+        log.append("s-0", [NewEvent("T", {})], expected_version=5)
+        applied: list[RecordedEvent] = []
+
+        count, through = catch_up(log, 0, types=["Rare"], apply=applied.append)
+
+        assert (count, through) == (1, 27)
+        assert [record.global_position for record in applied] == [26]
+
+    def test_nothing_new_leaves_a_model_ahead_where_it_is(self, log: EventStore) -> None:
+        assert catch_up(log, 30, types=["T"], apply=lambda record: None) == (0, 30)

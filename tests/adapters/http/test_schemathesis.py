@@ -31,6 +31,7 @@ from fleetledger.adapters.http import create_app
 from fleetledger.adapters.machines import MachinesRuntime
 from fleetledger.domain.machines import GrouperConfig
 from fleetledger.eventstore import EventStore, open_store
+from tests.adapters.http.schema_checks import REFUSALS
 
 TOKEN = "schemathesis-token-0123456789"
 # Batches fall due only at shutdown (skip-batching requests still seal at once).
@@ -56,7 +57,9 @@ def served_schema(url: str) -> Iterator[tuple[Any, EventStore]]:
         runtime.start()
         try:
             app = create_app(runtime, api_tokens=[TOKEN])
-            schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=AUTHORIZED)
+            schema = schemathesis.openapi.from_asgi(
+                "/openapi.json", app, headers=AUTHORIZED, config=REFUSALS
+            )
             yield schema, store
         finally:
             runtime.stop()

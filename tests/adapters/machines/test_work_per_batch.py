@@ -24,7 +24,7 @@ from typing import Any, cast
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.cloud import FakeCloud
 from fleetledger.adapters.machines import MachinesRuntime
-from fleetledger.eventstore import EventStore, RecordedEvent
+from fleetledger.eventstore import EventStore, RecordedEvent, TypesPage
 
 from .support import CONFIG, EPOCH, manual_runtime, request
 
@@ -50,6 +50,11 @@ class CountingReads:
 
     def read_all(self, **options: Any) -> list[RecordedEvent]:
         return self._counted(self._inner.read_all(**options))
+
+    def read_types(self, **options: Any) -> TypesPage:
+        page = self._inner.read_types(**options)
+        self._counted(page.events)
+        return page
 
     def read_stream(self, stream_id: str, **options: Any) -> list[RecordedEvent]:
         return self._counted(self._inner.read_stream(stream_id, **options))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from fleetledger.adapters.clock import SystemClock
@@ -11,7 +13,8 @@ from fleetledger.adapters.testbeds import (
     NotFound,
     TestbedsService,
 )
-from fleetledger.eventstore import EventStore
+from fleetledger.eventstore import EventStore, NewEvent
+from tests.counting_store import CountingStore
 
 from .support import BED, World, world
 
@@ -99,6 +102,25 @@ class TestListed:
 
         with pytest.raises(InvalidTestbedCommand):
             service.listed("job", after=after, limit=limit)
+
+
+class TestCatalog:
+    def test_it_reads_on_from_where_its_last_read_ended(self, store: EventStore) -> None:
+        """Not from the last definition: a catalog that rarely changes would otherwise read
+        everything appended since on every call."""
+        reads = CountingStore(store)
+        service = TestbedsService(cast(EventStore, reads), clock=SystemClock())
+        define(service, "a")
+        store.append("other-1", [NewEvent("Unrelated", {}) for _ in range(3)])
+        service.catch_up()
+        head = store.head()
+        reads.types_reads_after.clear()
+
+        define(service, "b")
+        service.catch_up()
+
+        assert reads.types_reads_after[0] == head
+        assert service.listed("testbed", limit=10)[0] == ["a", "b"]
 
 
 class TestExisting:
