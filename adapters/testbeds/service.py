@@ -171,14 +171,19 @@ class TestbedsService:
         # interleaved, one could move the position back and read a page twice.
         self._catalog_lock = threading.Lock()
         self._position = 0
-        self._catalog_types = [
+        self._catalog_types = (
             *TESTBED.codec.type_names(),
             *BATCH_JOB.codec.type_names(),
             *SCHEDULING.codec.type_names(),
-        ]
+        )
         self._defined_types = _stored_names(testbed.TestbedDefined, batch_job.JobDefined)
         self._deleted_types = _stored_names(testbed.TestbedDeleted, batch_job.JobDeleted)
         self._extended_types = _stored_names(scheduling.QueueExtended)
+
+    @property
+    def event_types(self) -> tuple[str, ...]:
+        """The stored names of every testbed, job and scheduling event."""
+        return self._catalog_types
 
     # -- streams ---------------------------------------------------------------------------------
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import cast
+
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.runtime import LEADER_TERM_KEY
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
@@ -10,6 +13,23 @@ from fleetledger.eventstore import EventStore
 from tests.waiting import eventually
 
 from .support import BED, two_nodes
+
+
+class WaitsNoted:
+    """The real store, noting the types each wait for a wake-up names."""
+
+    def __init__(self, inner: EventStore) -> None:
+        self._inner = inner
+        self.types: list[frozenset[str] | None] = []
+
+    def wait_for_wake(
+        self, seen: int, timeout: float, *, types: Collection[str] | None = None
+    ) -> bool:
+        self.types.append(None if types is None else frozenset(types))
+        return self._inner.wait_for_wake(seen, timeout, types=types)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
 
 
 class TestThreads:
@@ -27,6 +47,19 @@ class TestThreads:
             )
             assert eventually(lambda: len(cluster.list_pods(labels={GHOST_LABEL: BED})) == 4)
         assert not runtime.running and not runtime.leading
+
+    def test_between_passes_only_its_own_events_wake_it(self, sqlite_store: EventStore) -> None:
+        """Another capability's appends (a serve creating machines appends hundreds of times a
+        second) do not send it on a pass; its own types and the poll do."""
+        waits = WaitsNoted(sqlite_store)
+        cluster = two_nodes()
+        runtime = TestbedsRuntime(
+            cast(EventStore, waits), cluster, FakeApplications(cluster), poll_seconds=0.05
+        )
+        with runtime:
+            assert eventually(lambda: len(waits.types) >= 2)
+        assert set(waits.types) == {frozenset(runtime.service.event_types)}
+        assert any(name.startswith("testbed.") for name in runtime.service.event_types)
 
     def test_without_threads_nothing_happens_until_stepped(self, sqlite_store: EventStore) -> None:
         """threads=False runs no pass by itself: the simulator decides when."""
