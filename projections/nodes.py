@@ -16,7 +16,6 @@ import json
 import threading
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from uuid import UUID
 
 from fleetledger.domain import nodes
@@ -25,12 +24,12 @@ from fleetledger.domain.nodes import NodeEvent, NodeState
 from fleetledger.eventstore import EventStore, RecordedEvent
 
 from ._reading import catch_up, events_after, position_in_log
+from .heads import StreamHead
 from .recent import RecentEvents, decode
 
 __all__ = [
     "NODE_EVENT_TYPE_NAMES",
     "NodesProjection",
-    "StreamHead",
     "dump_json",
     "dump_of",
     "dumpstate_at",
@@ -58,15 +57,6 @@ Json = dict[str, object]
 
 # The head of a stream not folded yet: version 0, whose next event is its first.
 _NEW_STREAM: tuple[int, UUID | None] = (0, None)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamHead:
-    """A node stream as folded: its state, its version and the id of its last event."""
-
-    state: NodeState
-    version: int
-    last_event_id: str
 
 
 class NodesProjection:
@@ -100,7 +90,7 @@ class NodesProjection:
         with self._lock:
             return dict(self._states)
 
-    def streams(self) -> tuple[int, dict[str, StreamHead]]:
+    def streams(self) -> tuple[int, dict[str, StreamHead[NodeState]]]:
         """:attr:`position`, and every node stream folded up to it with its state, version and
         last event id, by node name (the states a stream would fold from the same events)."""
         with self._lock:

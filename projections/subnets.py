@@ -18,6 +18,7 @@ import threading
 import typing
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
+from uuid import UUID
 
 from fleetledger.domain import ipam
 from fleetledger.domain.codec import from_data, registered_event_types
@@ -25,6 +26,7 @@ from fleetledger.domain.ipam import BatchSizeChanged, SubnetEvent, SubnetState
 from fleetledger.eventstore import EventStore, RecordedEvent
 
 from ._reading import catch_up, events_after, position_in_log
+from .heads import StreamHead
 
 __all__ = [
     "SUBNET_EVENT_TYPE_NAMES",
@@ -54,6 +56,10 @@ Json = dict[str, object]
 class _Subnet(NamedTuple):
     state: SubnetState
     last_change: BatchSizeChanged | None = None
+    version: int = 0
+    """The stream's version folded up to; -1 once a version was missing (a fold that did not
+    start at the stream's first event), and then no stream is hosted from it."""
+    last_event_id: UUID | None = None
 
 
 class SubnetsProjection:
@@ -106,6 +112,17 @@ class SubnetsProjection:
                         position = record.global_position
             finally:
                 self._position = position
+
+    def streams(self) -> dict[str, StreamHead[SubnetState]]:
+        """Every subnet stream folded up to :attr:`position`, with its version and last event
+        id, by subnet id (the states the stream would fold from the same events): a runtime
+        starting up hosts them without reading each subnet's history back."""
+        with self._lock:
+            return {
+                subnet_id: StreamHead(s.state, s.version, str(s.last_event_id))
+                for subnet_id, s in self._subnets.items()
+                if s.version > 0
+            }
 
     def view(self, subnet_id: str) -> Json | None:
         """The subnet as ``GET /v1/subnets/{id}`` shows it, or ``None`` if it was never created."""
@@ -192,4 +209,5 @@ def _fold_record(subnets: dict[str, _Subnet], record: RecordedEvent) -> None:
         current = _Subnet(ipam.initial_state())
     state = ipam.evolve(current.state, typing.cast(SubnetEvent, event))  # checked above
     last = event if isinstance(event, BatchSizeChanged) else current.last_change
-    subnets[subnet_id] = _Subnet(state, last)
+    version = record.stream_version if record.stream_version == current.version + 1 else -1
+    subnets[subnet_id] = _Subnet(state, last, version, record.event_id)

@@ -155,6 +155,7 @@ class IpamRuntime:
         self._running = True
         with bulk_read():  # the whole log folded once: no collections meanwhile
             self.projection.catch_up(self.store)
+        self.service.host(self.projection.streams())
         if self._threads:
             self._follower.start()
         self.duties.start(threads=self._threads)

@@ -51,6 +51,7 @@ from fleetledger.domain.ipam import (
     SubnetState,
 )
 from fleetledger.eventstore import EventStore
+from fleetledger.projections.heads import StreamHead
 
 from .aggregate import SUBNET_CREATED_TYPES, subnet_aggregate, subnet_id_of
 from .errors import (
@@ -117,6 +118,16 @@ class SubnetService:
                 )
                 self._streams[subnet_id] = stream
             return stream
+
+    def host(self, heads: Mapping[str, StreamHead[SubnetState]]) -> None:
+        """Host each subnet of ``heads`` — a read model's fold of the log's subnet events —
+        from its folded state, reading nothing back: the first pass after a start-up would
+        otherwise read every subnet's whole history again. A subnet hosted already keeps its
+        own fold."""
+        for subnet_id, head in heads.items():
+            self.stream(subnet_id).start_from(
+                head.state, version=head.version, last_event_id=head.last_event_id
+            )
 
     def subnet_ids(self) -> tuple[str, ...]:
         """Every subnet created in the log, by id."""

@@ -49,7 +49,7 @@ from fleetledger.domain.nodes import (
     VmUseChanged,
 )
 from fleetledger.eventstore import EventStore
-from fleetledger.projections.nodes import StreamHead
+from fleetledger.projections.heads import StreamHead
 
 from .aggregate import node_aggregate, node_of_stream
 from .errors import (
@@ -174,7 +174,7 @@ class NodeService:
         for observer in self._watchers:
             observer(node)
 
-    def host(self, heads: Mapping[str, StreamHead], *, position: int) -> None:
+    def host(self, heads: Mapping[str, StreamHead[NodeState]], *, position: int) -> None:
         """Host each node of ``heads`` — a read model's fold of the log's node events up to
         ``position`` — from its folded state, reading nothing back: a start-up over a fleet
         reads the log once, not each node's stream. A node hosted already keeps its own fold.

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from fleetledger.adapters.clock import ManualClock
-from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
+from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime, SubnetService
 from fleetledger.adapters.runtime import Folded
 from fleetledger.domain.ipam import BatchSizeChanged, SubnetEvent
 from fleetledger.eventstore import EventStore
@@ -70,6 +70,30 @@ class TestFolding:
         assert paged.subnets() == one_by_one.subnets()
         assert paged.dump() == one_by_one.dump()
         assert paged.position == one_by_one.position == store.head()
+
+    def test_each_stream_as_a_load_of_it_stands(self, store: EventStore) -> None:
+        """The state, version and last event id a runtime hosts the stream from are what
+        reading the stream back gives."""
+        busy_subnet(store)
+        model = SubnetsProjection()
+        model.catch_up(store)
+        loaded = SubnetService(store, clock=ManualClock(EPOCH)).stream(SUBNET)
+        loaded.load()
+        [last] = store.read_stream(f"subnet-{SUBNET}", from_version=loaded.version)
+
+        head = model.streams()[SUBNET]
+
+        assert (head.state, head.version) == (loaded.state, loaded.version)
+        assert head.last_event_id == str(last.event_id)
+        assert head.version > 10
+
+    def test_a_fold_that_missed_a_stream_version_hosts_no_stream(self, store: EventStore) -> None:
+        busy_subnet(store)
+        model = SubnetsProjection()
+        without_the_first = store.read_all(limit=10_000)[1:]
+        model.apply_page(without_the_first)
+
+        assert model.streams() == {}
 
     def test_the_model_holds_what_the_subnet_decided(self, store: EventStore) -> None:
         """The read model's state is the hosted stream's, event for event."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime, SubnetService
@@ -12,6 +13,7 @@ from fleetledger.adapters.runtime import LEADER_TERM_KEY
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
 from fleetledger.domain import ipam
 from fleetledger.eventstore import EventStore
+from tests.counting_store import CountingStore
 
 from .support import SUBNET, allocator, assert_consistent, stepped, wait_until
 
@@ -203,6 +205,26 @@ class TestRestart:
         assert ipam.outstanding_requests(state) == ()
         assert fake.allocate_calls == len(asked)
         assert_consistent(state, fake)
+
+    def test_a_restarted_runtime_reads_no_subnet_history_back(self, store: EventStore) -> None:
+        """Its streams are hosted from the read model it folded at start-up: the first use of
+        a subnet reads nothing back, and holds what a load of the stream holds."""
+        fake = allocator()
+        first = stepped(store, fake)
+        first.service.create(SUBNET, 1024)
+        first.service.join(SUBNET, NODES)
+        first.service.report_demand(SUBNET, "node-0", 20)
+        first.step()
+        first.stop()
+        reads = CountingStore(store)
+
+        second = stepped(cast(EventStore, reads), fake)
+        state = second.service.stream(SUBNET).state
+
+        assert reads.stream_reads == 0
+        assert state == SubnetService(store, clock=SystemClock()).load(SUBNET)
+        second.service.report_demand(SUBNET, "node-1", 7)
+        assert second.service.load(SUBNET).nodes["node-1"].demand == 7
 
     def test_an_answer_not_recorded_is_not_allocated_twice(self, store: EventStore) -> None:
         """The allocator answered before the crash but the answer never reached the log: the
