@@ -235,24 +235,22 @@ class LogMetrics:
             return self._catch_up()
 
     def _catch_up(self) -> int:
-        # The head first: everything up to it is committed (global order is commit order), so
-        # once the filtered read reaches it the position may move past other types' events.
-        head = self.store.head()
-        self._head = max(self._head, head)
+        # The head gauge shows the log's head even when the budget ends the fold short of it.
+        self._head = max(self._head, self.store.head())
         folded = 0
         while folded < self._budget:
             limit = min(_PAGE, self._budget - folded)
-            page = self.store.read_all(
-                after=self._position, limit=limit, types=list(COUNTED_EVENT_TYPES)
+            page = self.store.read_types(
+                after=self._position, types=COUNTED_EVENT_TYPES, limit=limit
             )
-            for record in page:
+            for record in page.events:
                 self._fold(record)
                 self._position = record.global_position
+            # Past the other types' events too, once a short page read the log to its end.
+            self._position = max(self._position, page.through)
             self._head = max(self._head, self._position)
-            folded += len(page)
-            if len(page) < limit:
-                # Read to the end: the events up to the head are all of them.
-                self._position = max(self._position, head)
+            folded += len(page.events)
+            if len(page.events) < limit:
                 break
         return folded
 
