@@ -44,6 +44,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .auth import PUBLIC_PATHS, BearerAuth
+from .one_write import HeadWithBody
 
 __all__ = [
     "EdgeHttpProtocol",
@@ -153,7 +154,8 @@ def edge_protocol(limits: ListenerLimits) -> type[EdgeHttpProtocol]:
 
 
 class EdgeHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the listener's guards (see the module docstring)."""
+    """uvicorn's httptools protocol with the listener's guards (see the module docstring),
+    writing a response's head together with its body (:mod:`.one_write`)."""
 
     limits: ClassVar[ListenerLimits] = ListenerLimits(max_connections=1024)
 
@@ -218,7 +220,14 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         self._head.clear()
         self._reading_head = False
         queued = bool(self.pipeline)
+        previous = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle is not previous:
+            # Set before the app's task first runs, so it writes every byte through it.
+            out = HeadWithBody(self.transport, self.loop, cycle, on_response=cycle.on_response)
+            cycle.transport = out
+            cycle.on_response = out.response_complete
         upgrading = self.parser.should_upgrade() and self._should_upgrade()
         if upgrading or queued or bool(self.pipeline):
             # A websocket has its own pings; a pipelined request is read once the one before

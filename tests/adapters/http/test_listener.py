@@ -40,11 +40,53 @@ async def _echo(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
+class Recorded(asyncio.Transport):
+    """A connection's transport that notes each write call on its way to the socket."""
+
+    def __init__(self, transport: asyncio.Transport, writes: list[bytes]) -> None:
+        super().__init__()
+        self._transport = transport
+        self.writes = writes
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+        self._transport.write(data)
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+
 @contextmanager
-def serving(limits: ListenerLimits, **options: Any) -> Iterator[int]:
-    """A uvicorn server with ``limits`` over a token-protected echo app; yields its port."""
+def serving(
+    limits: ListenerLimits, *, writes: list[bytes] | None = None, **options: Any
+) -> Iterator[int]:
+    """A uvicorn server with ``limits`` over a token-protected echo app; yields its port.
+    With ``writes``, each write call the server makes to a connection is appended to it."""
     app = BearerAuth(_echo, tokens=ApiTokens([TOKEN]))
     settings = uvicorn_settings(authenticated=True, limits=limits, **options)
+    if writes is not None:
+        edge, noted = settings["http"], writes
+
+        class Recording(edge):  # type: ignore[valid-type,misc]
+            def connection_made(self, transport: Any) -> None:
+                super().connection_made(Recorded(transport, noted))
+
+        settings["http"] = Recording
     config = uvicorn.Config(app, log_config=None, lifespan="off", **settings)
     server = uvicorn.Server(config)
     listener = socket.socket()
@@ -137,6 +179,16 @@ class TestTimeouts:
         with serving(FAST) as port:
             answer = raw(port, get("/v1/x"))
         assert answer.startswith(b"HTTP/1.1 200") and b'"path":"/v1/x"' in answer
+
+
+class TestWrites:
+    def test_an_answer_leaves_in_one_write(self) -> None:
+        """Head and body together: one send, one wake-up of the client, not two."""
+        writes: list[bytes] = []
+        with serving(FAST, writes=writes) as port:
+            answer = raw(port, get("/v1/x"))
+        assert writes == [answer]
+        assert answer.startswith(b"HTTP/1.1 200") and b'"bytes":0}' in answer
 
 
 class TestCredentials:
