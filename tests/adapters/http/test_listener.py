@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 from collections.abc import Iterator
@@ -189,6 +190,27 @@ class TestWrites:
             answer = raw(port, get("/v1/x"))
         assert writes == [answer]
         assert answer.startswith(b"HTTP/1.1 200") and b'"bytes":0}' in answer
+
+
+@contextmanager
+def access_level(level: int) -> Iterator[None]:
+    access = logging.getLogger("uvicorn.access")
+    before = access.level
+    access.setLevel(level)  # setLevel, not the attribute: it clears isEnabledFor's cache
+    try:
+        yield
+    finally:
+        access.setLevel(before)
+
+
+class TestAccessLog:
+    def test_off_when_its_lines_would_be_dropped(self) -> None:
+        with access_level(logging.WARNING):
+            assert uvicorn_settings(authenticated=False)["access_log"] is False
+
+    def test_on_when_they_would_be_written(self) -> None:
+        with access_level(logging.INFO):
+            assert uvicorn_settings(authenticated=False)["access_log"] is True
 
 
 class TestCredentials:
