@@ -15,8 +15,10 @@ be 0), the server's CPU time per POST and per machine (from the run's first POST
 outcome: the request and the machine's creation, which other work on the cores moves far less
 than the rate), and ``seconds_to_all_outcomes``: when the run's last outcome entered the log (its
 ``recorded_at``), after the last POST (``None`` when some had none by the deadline), beside
-when the bench saw it. The targets: at least 2,000 POSTs/s, and every outcome within 15 s of the
-last POST.
+when the bench saw it; and the server's appends while wrk posted, with how many took over 50 ms
+and over 250 ms (its ``/metrics``): a p99 that missed beside slow appends is the database's
+commits (its WAL flushes), not the server's work. The targets: at least 2,000 POSTs/s, and every
+outcome within 15 s of the last POST.
 
 ``runs`` consecutive runs against the same server (the log growing under it) show whether the
 tail holds run after run: the tail target, for a fake cloud of 50 ms a batch (the coordinator
@@ -42,7 +44,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import structlog
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleetledger.eventstore import EventStore, open_store
 
@@ -51,6 +55,7 @@ from .serve import TARGET_POSTS_PER_SECOND, drive, process_cpu_seconds, serve_pr
 
 __all__ = [
     "TARGET_OUTCOME_SECONDS",
+    "CommitTail",
     "FollowedOutcomes",
     "WrkServeReport",
     "WrkServeSeries",
@@ -113,6 +118,64 @@ end
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CommitTail:
+    """The server's appends while wrk posted, from its ``/metrics``
+    (``fleetledger_log_append_duration_seconds``): how many, and how many took longer than a
+    p99 may. Every request in flight waits for its commit, so a run whose p99 missed beside
+    slow appends missed in the database (its WAL's flushes), not in the server's own work."""
+
+    appends: int
+    over_50ms: int
+    over_250ms: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"count": self.appends, "over_50ms": self.over_50ms, "over_250ms": self.over_250ms}
+
+    def render(self) -> str:
+        return (
+            f"{self.appends:,} appends, {self.over_50ms} over 50 ms, {self.over_250ms} over 250 ms"
+        )
+
+
+_APPEND_HISTOGRAM = "fleetledger_log_append_duration_seconds"
+
+
+def append_buckets(base_url: str) -> dict[str, float] | None:
+    """The server's append-duration histogram now: cumulative counts by bucket bound (``le``),
+    and ``"count"``; ``None`` when ``/metrics`` does not answer with it."""
+    try:
+        text = httpx.get(f"{base_url}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return None
+    buckets: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != _APPEND_HISTOGRAM:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                buckets[sample.labels["le"]] = sample.value
+            elif sample.name.endswith("_count"):
+                buckets["count"] = sample.value
+    return buckets or None
+
+
+def commit_tail(
+    before: dict[str, float] | None, after: dict[str, float] | None
+) -> CommitTail | None:
+    """What the histogram gained between two readings of :func:`append_buckets`."""
+    if before is None or after is None:
+        return None
+
+    def gained(key: str) -> int:
+        return round(after.get(key, 0.0) - before.get(key, 0.0))
+
+    count = gained("count")
+    return CommitTail(
+        appends=count, over_50ms=count - gained("0.05"), over_250ms=count - gained("0.25")
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WrkServeReport:
     backend: str
     connections: int
@@ -139,6 +202,8 @@ class WrkServeReport:
     """The serve process's CPU time (user and system) while wrk posted, if known."""
     server_cpu_seconds_to_outcomes: float | None = None
     """Its CPU time from the run's first POST until the bench had seen every outcome."""
+    commits: CommitTail | None = None
+    """The server's appends while wrk posted, if its metrics answered."""
 
     @property
     def posts_per_second(self) -> float:
@@ -191,6 +256,7 @@ class WrkServeReport:
             "seconds_to_see_outcomes": self.seconds_to_see_outcomes,
             "server_cpu_ms_per_post": self.server_cpu_ms_per_post,
             "server_cpu_ms_per_machine": self.server_cpu_ms_per_machine,
+            "appends": None if self.commits is None else self.commits.to_dict(),
             "targets": {
                 "posts_per_second": TARGET_POSTS_PER_SECOND,
                 "seconds_to_all_outcomes": TARGET_OUTCOME_SECONDS,
@@ -230,6 +296,9 @@ class WrkServeReport:
                 )
                 + " (the serve process, user + system, while wrk posted)"
                 + ("" if per_machine is None else f"; {per_machine:.3f} ms per machine to outcome"),
+                "  commits     "
+                + ("unknown (no metrics)" if self.commits is None else self.commits.render())
+                + " (the server's appends while wrk posted)",
                 "  verdict     " + ("met" if self.passed else "MISSED"),
             ]
         )
@@ -339,10 +408,12 @@ def run_serve_wrk_bench(
             log.info("wrk posting", run=run, of=runs, connections=connections, seconds=seconds)
             # Everything the run appends comes after this position.
             start = store.head()
+            appends_before = append_buckets(base_url)
             cpu_before = process_cpu_seconds(pid)
             finished = subprocess.run(command, capture_output=True, text=True, check=False)
             last_post, last_post_at = time.monotonic(), time.time()
             cpu_after = process_cpu_seconds(pid)
+            commits = commit_tail(appends_before, append_buckets(base_url))
             if finished.returncode != 0:
                 raise RuntimeError(f"wrk failed ({finished.returncode}): {finished.stderr.strip()}")
             figures = json.loads(finished.stdout.strip().splitlines()[-1])
@@ -389,6 +460,7 @@ def run_serve_wrk_bench(
                         if seen is not None and cpu_before is not None and cpu_outcomes is not None
                         else None
                     ),
+                    commits=commits,
                 )
             )
     return WrkServeSeries(tuple(reports))

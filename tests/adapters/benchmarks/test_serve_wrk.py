@@ -9,8 +9,10 @@ import time
 import pytest
 
 from fleetledger.adapters.benchmarks.serve_wrk import (
+    CommitTail,
     WrkServeReport,
     WrkServeSeries,
+    commit_tail,
     follow_outcomes,
     run_serve_wrk_bench,
 )
@@ -110,6 +112,26 @@ class TestTailTarget:
         assert series.tail_passed and series.tail_misses() == []
 
 
+class TestCommitTail:
+    def test_counts_what_the_histogram_gained_past_each_bound(self) -> None:
+        """Cumulative buckets read before and after a run: the run's appends, and those slower
+        than 50 ms and than 250 ms."""
+        before = {"0.05": 90.0, "0.1": 95.0, "0.25": 99.0, "+Inf": 100.0, "count": 100.0}
+        after = {
+            "0.05": 1_080.0,
+            "0.1": 1_090.0,
+            "0.25": 1_096.0,
+            "+Inf": 1_100.0,
+            "count": 1_100.0,
+        }
+
+        assert commit_tail(before, after) == CommitTail(appends=1_000, over_50ms=10, over_250ms=3)
+
+    def test_is_unknown_when_either_reading_is(self) -> None:
+        assert commit_tail(None, {"count": 1.0}) is None
+        assert commit_tail({"count": 1.0}, None) is None
+
+
 @needs_wrk
 class TestBenchServeWrk:
     def test_a_short_run_follows_every_accepted_post_to_its_outcome(
@@ -132,7 +154,10 @@ class TestBenchServeWrk:
         )
         latency = figures["latency_ms"]
         assert 0 < latency["p50"] <= latency["p99"] <= latency["p99.9"] <= latency["max"]
+        appends = figures["appends"]
+        assert appends["count"] >= 1 and 0 <= appends["over_250ms"] <= appends["over_50ms"]
         assert "0 lost (must be 0)" in report.render()
+        assert "appends while wrk posted" in report.render()
 
     def test_consecutive_runs_each_follow_their_own_requests(self, postgres_url: str) -> None:
         """Two runs on one server: each counts its own requests and outcomes; the series says
