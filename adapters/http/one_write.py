@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-__all__ = ["HeadWithBody", "ResponseCycle"]
+__all__ = ["ForwardingTransport", "HeadWithBody", "ResponseCycle"]
 
 
 class ResponseCycle(Protocol):
@@ -29,7 +29,61 @@ class ResponseCycle(Protocol):
     response_started: bool
 
 
-class HeadWithBody(asyncio.Transport):
+class ForwardingTransport(asyncio.Transport):
+    """A transport that hands every call to ``transport``; a subclass changes what it needs
+    (uvicorn's protocol and its flow control use the whole interface)."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        super().__init__()
+        self._transport = transport
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._transport.write(data)
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self._transport.write_eof()
+
+    def abort(self) -> None:
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size()
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._transport.get_write_buffer_limits()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._transport.set_write_buffer_limits(high, low)
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
+
+
+class HeadWithBody(ForwardingTransport):
     """The transport one request's response is written to (see the module docstring)."""
 
     def __init__(
@@ -40,8 +94,7 @@ class HeadWithBody(asyncio.Transport):
         *,
         on_response: Callable[[], None],
     ) -> None:
-        super().__init__()
-        self._transport = transport
+        super().__init__(transport)
         self._loop = loop
         self._cycle = cycle
         self._on_response = on_response
@@ -82,50 +135,20 @@ class HeadWithBody(asyncio.Transport):
             self._backstop.cancel()
             self._backstop = None
 
-    # -- the rest of the transport, after what is held ---------------------------------------
+    # -- what must not overtake what is held --------------------------------------------------
 
     def close(self) -> None:
         self.flush()
-        self._transport.close()
+        super().close()
 
     def write_eof(self) -> None:
         self.flush()
-        self._transport.write_eof()
+        super().write_eof()
 
     def abort(self) -> None:
         self._held = None
         self._cancel_backstop()
-        self._transport.abort()
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def can_write_eof(self) -> bool:
-        return self._transport.can_write_eof()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._transport.get_extra_info(name, default)
-
-    def pause_reading(self) -> None:
-        self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        self._transport.resume_reading()
-
-    def is_reading(self) -> bool:
-        return self._transport.is_reading()
+        super().abort()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + len(self._held or b"")
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._transport.get_write_buffer_limits()
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        self._transport.set_write_buffer_limits(high, low)
-
-    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        self._transport.set_protocol(protocol)
-
-    def get_protocol(self) -> asyncio.BaseProtocol:
-        return self._transport.get_protocol()
+        return super().get_write_buffer_size() + len(self._held or b"")

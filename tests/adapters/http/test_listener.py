@@ -21,6 +21,7 @@ from fleetledger.adapters.http.listener import (
     connection_budget,
     uvicorn_settings,
 )
+from fleetledger.adapters.http.one_write import ForwardingTransport
 from tests.waiting import wait_until
 
 TOKEN = "listener-token-0123456789abcdef"
@@ -41,35 +42,16 @@ async def _echo(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-class Recorded(asyncio.Transport):
+class Recorded(ForwardingTransport):
     """A connection's transport that notes each write call on its way to the socket."""
 
     def __init__(self, transport: asyncio.Transport, writes: list[bytes]) -> None:
-        super().__init__()
-        self._transport = transport
+        super().__init__(transport)
         self.writes = writes
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.writes.append(bytes(data))
-        self._transport.write(data)
-
-    def close(self) -> None:
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._transport.abort()
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._transport.get_extra_info(name, default)
-
-    def pause_reading(self) -> None:
-        self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        self._transport.resume_reading()
+        super().write(data)
 
 
 @contextmanager
