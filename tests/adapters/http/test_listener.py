@@ -173,6 +173,15 @@ class TestWrites:
         assert writes == [answer]
         assert answer.startswith(b"HTTP/1.1 200") and b'"bytes":0}' in answer
 
+    def test_a_head_request_gets_its_head_without_a_body(self) -> None:
+        """No body is written for HEAD: the held head goes out as the response completes."""
+        writes: list[bytes] = []
+        request = get("/v1/x").replace(b"GET ", b"HEAD ", 1)
+        with serving(FAST, writes=writes) as port:
+            answer = raw(port, request)
+        assert writes == [answer]
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\n")
+
 
 @contextmanager
 def access_level(level: int) -> Iterator[None]:
