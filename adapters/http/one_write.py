@@ -96,9 +96,11 @@ class HeadWithBody(ForwardingTransport):
     ) -> None:
         super().__init__(transport)
         self._loop = loop
-        self._cycle = cycle
-        self._on_response = on_response
-        self._head_written = False
+        # The cycle holds this transport, so this reference is a cycle: dropped as soon as the
+        # head is seen, so that a finished request is freed by its reference count rather than
+        # left to the collector (uvicorn breaks its own cycles for the same reason).
+        self._cycle: ResponseCycle | None = cycle
+        self._on_response: Callable[[], None] | None = on_response
         self._held: bytes | None = None
         self._backstop: asyncio.Handle | None = None
 
@@ -108,9 +110,9 @@ class HeadWithBody(ForwardingTransport):
             self._held = None
             self._cancel_backstop()
             self._transport.write(held + bytes(data))
-        elif not self._head_written and self._cycle.response_started:
+        elif self._cycle is not None and self._cycle.response_started:
             # uvicorn marks the response started, then writes its head.
-            self._head_written = True
+            self._cycle = None
             self._held = bytes(data)
             self._backstop = self._loop.call_soon(self.flush)
         else:
@@ -118,8 +120,12 @@ class HeadWithBody(ForwardingTransport):
 
     def response_complete(self) -> None:
         """The cycle's ``on_response``: what is held goes before the connection moves on."""
+        self._cycle = None
         self.flush()
-        self._on_response()
+        # Dropped once called: it is the protocol's, and the protocol holds the cycle.
+        on_response, self._on_response = self._on_response, None
+        if on_response is not None:
+            on_response()
 
     def flush(self) -> None:
         """Send what is held now."""

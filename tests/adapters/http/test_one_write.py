@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -37,6 +39,7 @@ class Wire(asyncio.Transport):
 class Cycle:
     response_started: bool = False
     completions: list[list[bytes]] = field(default_factory=list)
+    transport: object = None
 
 
 @pytest.fixture
@@ -138,3 +141,25 @@ def test_nothing_is_written_to_a_connection_already_closing(
     wire.closed = True  # the client went away
     turn(loop)
     assert wire.writes == []
+
+
+def test_a_finished_response_is_freed_without_the_collector(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The cycle holds its transport and the transport its cycle until the head is seen; after
+    that, dropping the cycle frees both by reference counting."""
+    out, _, cycle = holder(loop)
+    cycle.transport = out
+    cycle.response_started = True
+    out.write(b"head")
+    out.write(b"body")
+    out.response_complete()
+    freed = weakref.ref(cycle)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        del cycle, out
+        assert freed() is None
+    finally:
+        if collecting:
+            gc.enable()
