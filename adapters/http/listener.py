@@ -45,7 +45,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .auth import PUBLIC_PATHS, BearerAuth
-from .one_write import HeadWithBody
 
 __all__ = [
     "EdgeHttpProtocol",
@@ -144,7 +143,7 @@ def uvicorn_settings(
         "timeout_keep_alive": max(1, round(limits.idle_seconds)),
         # uvicorn formats every response's access-log arguments (client address, quoted path)
         # whenever the logger has a handler, even at a level that drops the line: 1.3 % of the
-        # GIL time under load, for lines nobody sees.
+        # GIL's samples under load, for lines nobody sees.
         "access_log": logging.getLogger("uvicorn.access").isEnabledFor(logging.INFO),
     }
     if tls is not None:
@@ -159,8 +158,7 @@ def edge_protocol(limits: ListenerLimits) -> type[EdgeHttpProtocol]:
 
 
 class EdgeHttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the listener's guards (see the module docstring),
-    writing a response's head together with its body (:mod:`.one_write`)."""
+    """uvicorn's httptools protocol with the listener's guards (see the module docstring)."""
 
     limits: ClassVar[ListenerLimits] = ListenerLimits(max_connections=1024)
 
@@ -225,14 +223,7 @@ class EdgeHttpProtocol(HttpToolsProtocol):
         self._head.clear()
         self._reading_head = False
         queued = bool(self.pipeline)
-        previous = self.cycle
         super().on_headers_complete()
-        cycle = self.cycle
-        if cycle is not None and cycle is not previous:
-            # Set before the app's task first runs, so it writes every byte through it.
-            out = HeadWithBody(self.transport, self.loop, cycle, on_response=cycle.on_response)
-            cycle.transport = out
-            cycle.on_response = out.response_complete
         upgrading = self.parser.should_upgrade() and self._should_upgrade()
         if upgrading or queued or bool(self.pipeline):
             # A websocket has its own pings; a pipelined request is read once the one before

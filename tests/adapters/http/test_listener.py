@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import socket
 import threading
@@ -22,7 +21,6 @@ from fleetledger.adapters.http.listener import (
     connection_budget,
     uvicorn_settings,
 )
-from fleetledger.adapters.http.one_write import ForwardingTransport
 from tests.waiting import wait_until
 
 TOKEN = "listener-token-0123456789abcdef"
@@ -43,34 +41,11 @@ async def _echo(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-class Recorded(ForwardingTransport):
-    """A connection's transport that notes each write call on its way to the socket."""
-
-    def __init__(self, transport: asyncio.Transport, writes: list[bytes]) -> None:
-        super().__init__(transport)
-        self.writes = writes
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.writes.append(bytes(data))
-        super().write(data)
-
-
 @contextmanager
-def serving(
-    limits: ListenerLimits, *, writes: list[bytes] | None = None, **options: Any
-) -> Iterator[int]:
-    """A uvicorn server with ``limits`` over a token-protected echo app; yields its port.
-    With ``writes``, each write call the server makes to a connection is appended to it."""
+def serving(limits: ListenerLimits, **options: Any) -> Iterator[int]:
+    """A uvicorn server with ``limits`` over a token-protected echo app; yields its port."""
     app = BearerAuth(_echo, tokens=ApiTokens([TOKEN]))
     settings = uvicorn_settings(authenticated=True, limits=limits, **options)
-    if writes is not None:
-        edge, noted = settings["http"], writes
-
-        class Recording(edge):  # type: ignore[valid-type,misc]
-            def connection_made(self, transport: Any) -> None:
-                super().connection_made(Recorded(transport, noted))
-
-        settings["http"] = Recording
     config = uvicorn.Config(app, log_config=None, lifespan="off", **settings)
     server = uvicorn.Server(config)
     listener = socket.socket()
@@ -163,45 +138,6 @@ class TestTimeouts:
         with serving(FAST) as port:
             answer = raw(port, get("/v1/x"))
         assert answer.startswith(b"HTTP/1.1 200") and b'"path":"/v1/x"' in answer
-
-
-class TestWrites:
-    def test_an_answer_leaves_in_one_write(self) -> None:
-        """Head and body together: one send, one wake-up of the client, not two."""
-        writes: list[bytes] = []
-        with serving(FAST, writes=writes) as port:
-            answer = raw(port, get("/v1/x"))
-        assert writes == [answer]
-        assert answer.startswith(b"HTTP/1.1 200") and b'"bytes":0}' in answer
-
-    def test_answered_requests_leave_nothing_for_the_collector(self) -> None:
-        """Each request's cycle and its transport are freed by reference counting: a cycle
-        left per request (ten objects each, once) made the collector run for them."""
-        request = get("/v1/x").replace(b"Connection: close\r\n", b"")
-        with serving(FAST) as port, socket.create_connection(("127.0.0.1", port)) as s:
-            s.settimeout(5)
-            for _ in range(20):
-                s.sendall(request)
-                s.recv(65536)
-            gc.collect()
-            gc.disable()
-            try:
-                for _ in range(200):
-                    s.sendall(request)
-                    s.recv(65536)
-                unreachable = gc.collect()
-            finally:
-                gc.enable()
-        assert unreachable < 100
-
-    def test_a_head_request_gets_its_head_without_a_body(self) -> None:
-        """No body is written for HEAD: the held head goes out as the response completes."""
-        writes: list[bytes] = []
-        request = get("/v1/x").replace(b"GET ", b"HEAD ", 1)
-        with serving(FAST, writes=writes) as port:
-            answer = raw(port, request)
-        assert writes == [answer]
-        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\n")
 
 
 @contextmanager
