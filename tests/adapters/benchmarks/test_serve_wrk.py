@@ -157,7 +157,7 @@ class TestBenchServeWrk:
         appends = figures["appends"]
         assert appends["count"] >= 1 and 0 <= appends["over_250ms"] <= appends["over_50ms"]
         assert "0 lost (must be 0)" in report.render()
-        assert "appends while wrk posted" in report.render()
+        assert "appends, first POST to outcomes" in report.render()
 
     def test_consecutive_runs_each_follow_their_own_requests(self, postgres_url: str) -> None:
         """Two runs on one server: each counts its own requests and outcomes; the series says
