@@ -59,6 +59,8 @@ __all__ = [
     "FollowedOutcomes",
     "WrkServeReport",
     "WrkServeSeries",
+    "append_buckets",
+    "commit_tail",
     "follow_outcomes",
     "run_serve_wrk_bench",
 ]
