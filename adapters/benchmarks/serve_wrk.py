@@ -48,6 +48,8 @@ import httpx
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetledger.adapters.metrics.appends import APPEND_SECONDS
+from fleetledger.adapters.metrics.http import METRICS_PATH
 from fleetledger.eventstore import EventStore, open_store
 
 from .scratch import scratch_database
@@ -140,19 +142,16 @@ class CommitTail:
         )
 
 
-_APPEND_HISTOGRAM = "fleetledger_log_append_duration_seconds"
-
-
 def append_buckets(base_url: str) -> dict[str, float] | None:
     """The server's append-duration histogram now: cumulative counts by bucket bound (``le``),
     and ``"count"``; ``None`` when ``/metrics`` does not answer with it."""
     try:
-        text = httpx.get(f"{base_url}/metrics", timeout=5).text
+        text = httpx.get(f"{base_url}{METRICS_PATH}", timeout=5).text
     except httpx.HTTPError:
         return None
     buckets: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name != _APPEND_HISTOGRAM:
+        if family.name != APPEND_SECONDS:
             continue
         for sample in family.samples:
             if sample.name.endswith("_bucket"):

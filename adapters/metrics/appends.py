@@ -18,7 +18,10 @@ from collections.abc import Iterable
 from prometheus_client import Histogram
 from prometheus_client.metrics_core import Metric
 
-__all__ = ["APPEND_LATENCY", "APPEND_SECONDS_BUCKETS", "AppendLatency"]
+__all__ = ["APPEND_LATENCY", "APPEND_SECONDS", "APPEND_SECONDS_BUCKETS", "AppendLatency"]
+
+APPEND_SECONDS = "fleetledger_log_append_duration_seconds"
+"""The histogram's name in ``/metrics``."""
 
 APPEND_SECONDS_BUCKETS = (
     0.0005,
@@ -49,7 +52,7 @@ class AppendLatency:
     def __init__(self) -> None:
         # Not registered anywhere: each registry that serves it adds this collector.
         self._histogram = Histogram(
-            "fleetledger_log_append_duration_seconds",
+            APPEND_SECONDS,
             "Time one append of decisions (possibly several streams) took to commit.",
             buckets=APPEND_SECONDS_BUCKETS,
             registry=None,
