@@ -35,6 +35,13 @@ class NodeLeavesDuringCall(InMemoryAllocator):
         return self.answered
 
 
+def with_demand(runtime: IpamRuntime, *, node: str = "node-0", ips: int = 20) -> None:
+    """Create the subnet on ``runtime``, join the nodes, and have ``node`` ask for ``ips``."""
+    runtime.service.create(SUBNET, 1024)
+    runtime.service.join(SUBNET, NODES)
+    runtime.service.report_demand(SUBNET, node, ips)
+
+
 def types_in(store: EventStore, type_name: str) -> int:
     return sum(1 for r in store.read_all(limit=10_000) if r.type == type_name)
 
@@ -44,9 +51,7 @@ class TestAllocation:
         """Every IpsRequested ends with the allocator's IPs recorded for its node."""
         fake = allocator()
         runtime = stepped(store, fake)
-        runtime.service.create(SUBNET, 1024)
-        runtime.service.join(SUBNET, NODES)
-        runtime.service.report_demand(SUBNET, "node-0", 20)
+        with_demand(runtime)
 
         runtime.step()
 
@@ -59,9 +64,7 @@ class TestAllocation:
         """Pending releases are given back to the allocator and recorded as released."""
         fake = allocator()
         runtime = stepped(store, fake)
-        runtime.service.create(SUBNET, 1024)
-        runtime.service.join(SUBNET, NODES)
-        runtime.service.report_demand(SUBNET, "node-0", 100)
+        with_demand(runtime, ips=100)
         runtime.step()
         grown = len(runtime.service.load(SUBNET).nodes["node-0"].held)
 
@@ -108,9 +111,7 @@ class TestAllocation:
         """Started with threads, the reactor and its worker settle the subnet unaided."""
         fake = allocator()
         with IpamRuntime(store, fake, clock=SystemClock(), reactor_poll_seconds=0.1) as runtime:
-            runtime.service.create(SUBNET, 1024)
-            runtime.service.join(SUBNET, NODES)
-            runtime.service.report_demand(SUBNET, "node-2", 40)
+            with_demand(runtime, node="node-2", ips=40)
 
             wait_until(
                 store,
@@ -211,9 +212,7 @@ class TestRestart:
         a subnet reads nothing back, and holds what a load of the stream holds."""
         fake = allocator()
         first = stepped(store, fake)
-        first.service.create(SUBNET, 1024)
-        first.service.join(SUBNET, NODES)
-        first.service.report_demand(SUBNET, "node-0", 20)
+        with_demand(first)
         first.step()
         first.stop()
         reads = CountingStore(store)
@@ -250,9 +249,7 @@ class TestRestart:
         """A reactor that reacts again to everything (a lost checkpoint) makes no new call."""
         fake = allocator()
         runtime = stepped(store, fake)
-        runtime.service.create(SUBNET, 1024)
-        runtime.service.join(SUBNET, NODES)
-        runtime.service.report_demand(SUBNET, "node-0", 30)
+        with_demand(runtime, ips=30)
         runtime.step()
         head, calls = store.head(), fake.allocate_calls + fake.release_calls
 
