@@ -1,7 +1,8 @@
 """``fleetledger serve``: the HTTP API with the machines runtime, and beside it the other
 capabilities' runtimes, on one lease; with ``--extender-port``, the kube-scheduler extender on a
-listener of its own in the same process; with ``--nodes-shard I/N``, node accounting leading only
-partition I of N of the nodes on a lease of its own (:mod:`.serve_shards`).
+listener of its own in the same process; with ``--nodes-shard I/N`` (``--ipam-shard I/N``),
+node accounting (the subnets' allocator calls) leading only partition I of N of the nodes (the
+subnets) on a lease of its own (:mod:`.serve_shards`).
 
 Both listeners are bound before anything else starts (a taken port fails the command at once) and
 served by one event loop; the first SIGTERM stops both gracefully, a second exits at once.
@@ -51,11 +52,12 @@ from fleetledger.adapters.cli.serve_capabilities import (
     fenced_cloud,
 )
 from fleetledger.adapters.cli.serve_shards import (
-    NODES_SHARD_FORMAT,
+    SHARD_FORMAT,
+    SHARDED_CAPABILITIES,
+    capability_shard,
     check_interval,
     lead_shard,
-    nodes_shard,
-    nodes_shard_spec,
+    shard_spec,
 )
 from fleetledger.eventstore import EventStore, open_store
 from fleetledger.eventstore._engine import resolve_url
@@ -159,12 +161,20 @@ def register(commands: Subcommands) -> None:
     )
     parser.add_argument(
         "--nodes-shard",
-        type=nodes_shard_spec,
-        metavar=NODES_SHARD_FORMAT,
+        type=shard_spec,
+        metavar=SHARD_FORMAT,
         help="node accounting leads only this partition of the nodes (e.g. 1/4), on a lease, "
         "term and fence of its own, while the other capabilities keep the process's; run each "
         "partition on two processes or more for failover (default: every node, on the "
         "process's lease)",
+    )
+    parser.add_argument(
+        "--ipam-shard",
+        type=shard_spec,
+        metavar=SHARD_FORMAT,
+        help="the subnets' allocator calls are led only for this partition of the subnets "
+        "(e.g. 1/4), on a lease, term and fence of their own, as --nodes-shard (default: every "
+        "subnet, on the process's lease)",
     )
     parser.add_argument(
         "--grace-seconds",
@@ -334,7 +344,7 @@ def run(args: argparse.Namespace) -> int:
             max_concurrent_batches=args.max_concurrent_batches,
         )
         holder = default_holder()
-        lease, nodes_lease = _leases(args, holder)
+        lease, shard_leases = _leases(args, holder)
         tokens = ApiTokens(args.api_token) if args.api_token else ApiTokens.from_env()
         check_exposure(args.host, tokens, allow_open=args.insecure_no_auth)
         max_body_bytes = checked_max_body_bytes(args.max_body_bytes)
@@ -361,8 +371,8 @@ def run(args: argparse.Namespace) -> int:
         choice.close()
         raise
     try:
-        leadership, led_shard = _leaderships(
-            store, lease, nodes_lease, clock=clock, holder=holder, lease_seconds=args.lease_seconds
+        leadership, led_shards = _leaderships(
+            store, lease, shard_leases, clock=clock, holder=holder, lease_seconds=args.lease_seconds
         )
         runtime = MachinesRuntime(
             store,
@@ -383,7 +393,7 @@ def run(args: argparse.Namespace) -> int:
             cloud=choice.description,
             log=store,
             holder=leadership.holder,
-            nodes_shard=_described(led_shard),
+            shards=[led.shard.name for led in led_shards.values()] or "none",
             auth=f"{len(tokens)} bearer token(s)" if tokens else "none (open API)",
         )
         capabilities = build_capabilities(
@@ -393,7 +403,8 @@ def run(args: argparse.Namespace) -> int:
             runtime,
             cluster=args.cluster,
             testbeds_namespace=namespace,
-            nodes_shard=led_shard,
+            nodes_shard=led_shards.get("nodes"),
+            ipam_shard=led_shards.get("ipam"),
             **capability_options,
         )
         if anchoring is not None:
@@ -427,9 +438,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _leases(args: argparse.Namespace, holder: str) -> tuple[Any, tuple[Any, Any] | None]:
-    """The process's lease and, with ``--nodes-shard``, the shard of the nodes it names with
-    the shard's own lease; ``ValueError`` saying what to fix (see ``build_lease``)."""
+def _leases(args: argparse.Namespace, holder: str) -> tuple[Any, dict[str, tuple[Any, Any]]]:
+    """The process's lease and, for each ``--<capability>-shard`` given, the shard it names
+    with the shard's own lease; ``ValueError`` saying what to fix (see ``build_lease``)."""
     lease_of = functools.partial(
         build_lease,
         resolve_url(args.url),
@@ -440,23 +451,26 @@ def _leases(args: argparse.Namespace, holder: str) -> tuple[Any, tuple[Any, Any]
         lease_namespace=args.lease_namespace,
     )
     lease = lease_of()
-    if args.nodes_shard is None:
-        return lease, None
-    shard = nodes_shard(args.nodes_shard)
-    return lease, (shard, lease_of(shard=shard))
+    shards = {}
+    for capability in SHARDED_CAPABILITIES:
+        spec = getattr(args, f"{capability}_shard")
+        if spec is not None:
+            shard = capability_shard(capability, spec)
+            shards[capability] = (shard, lease_of(shard=shard))
+    return lease, shards
 
 
 def _leaderships(
     store: EventStore,
     lease: Any,
-    nodes_lease: tuple[Any, Any] | None,
+    shard_leases: dict[str, tuple[Any, Any]],
     *,
     clock: Any,
     holder: str,
     lease_seconds: float,
-) -> tuple[Any, Any]:
-    """The process's leadership on ``lease`` and, given a shard of the nodes and its lease,
-    the shard's leadership (a ``LedShard``), or None."""
+) -> tuple[Any, dict[str, Any]]:
+    """The process's leadership on ``lease`` and, by capability, each shard's leadership on its
+    own lease (a ``LedShard``)."""
     from fleetledger.adapters.runtime.leadership import Leadership
 
     leadership = Leadership(
@@ -467,19 +481,12 @@ def _leaderships(
         check_interval=check_interval(lease_seconds),
         lease_seconds=lease_seconds,
     )
-    if nodes_lease is None:
-        return leadership, None
-    shard, shard_lease = nodes_lease
-    return leadership, lead_shard(
-        store, shard_lease, shard, clock=clock, holder=holder, lease_seconds=lease_seconds
-    )
-
-
-def _described(led: Any) -> str:
-    """Which nodes this process's node accounting leads, for the start-up line."""
-    if led is None:
-        return "every node"
-    return f"shard {led.shard.name}"
+    return leadership, {
+        capability: lead_shard(
+            store, shard_lease, shard, clock=clock, holder=holder, lease_seconds=lease_seconds
+        )
+        for capability, (shard, shard_lease) in shard_leases.items()
+    }
 
 
 def _server_configs(

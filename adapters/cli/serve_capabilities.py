@@ -1,7 +1,8 @@
 """What ``serve`` runs beside the machines API: node accounting, subnets, slot testbeds and,
 given worker pools, placement — their runtimes and HTTP routers, on the process's leadership;
-node accounting, given a shard of the nodes (``--nodes-shard``), on that shard's leadership
-instead (:mod:`fleetledger.adapters.cli.serve_shards`).
+node accounting, given a shard of the nodes (``--nodes-shard``), and the subnets' allocator
+calls, given a shard of the subnets (``--ipam-shard``), each on that shard's leadership instead
+(:mod:`fleetledger.adapters.cli.serve_shards`).
 
 Node accounting and the testbeds read one cluster gateway (``--cluster``): an empty fake cluster,
 or the Kubernetes API, where the testbeds' jobs run as Spark or Flink applications in the
@@ -19,7 +20,7 @@ lead the one and not the other.
 The lease itself (:func:`build_lease`) is the database's (an advisory lock on Postgres, a lock
 file beside SQLite) or, with ``--leader-election kubernetes``, a ``coordination.k8s.io/v1``
 Lease (:mod:`fleetledger.adapters.kubernetes.lease`); a shard's is the database's lease of the
-shard, or a Lease named after it (``<lease name>-nodes-<partition>``)."""
+shard, or a Lease named after it (``<lease name>-nodes-1-of-4``)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,8 @@ class Capabilities:
     the machines runtime."""
     nodes: Any = None
     """The node accounting runtime (also among ``runtimes``)."""
+    ipam: Any = None
+    """The subnets' runtime (also among ``runtimes``)."""
 
 
 def build_capabilities(
@@ -75,11 +78,13 @@ def build_capabilities(
     ipam_config: Any = None,
     search_steps: int | None = None,
     nodes_shard: LedShard | None = None,
+    ipam_shard: LedShard | None = None,
 ) -> Capabilities:
     """The runtimes and routes served beside the machines API, on the process's leadership;
     node accounting, given ``nodes_shard``, leads only that shard's nodes on the shard's own
     leadership (:func:`~fleetledger.adapters.cli.serve_shards.lead_shard`), campaigning for it
-    in a thread of its own while it runs."""
+    in a thread of its own while it runs, and the subnets' allocator calls, given
+    ``ipam_shard``, likewise only that shard's subnets."""
     from fleetledger.adapters.cli.serve_shards import ShardRoles, leadership_router
     from fleetledger.adapters.cluster import ClusterHealth
     from fleetledger.adapters.heap import FrozenStartupHeap
@@ -99,8 +104,9 @@ def build_capabilities(
         allocator,
         clock=clock,
         config=ipam_config,
-        leadership=leadership,
-        manage_leadership=False,
+        leadership=leadership if ipam_shard is None else ipam_shard.leadership,
+        manage_leadership=ipam_shard is not None,
+        shard=None if ipam_shard is None else ipam_shard.shard,
     )
     gateway, applications = _cluster(cluster, testbeds_namespace)
     fenced_gateway, fenced_applications = _fenced(gateway, applications, leadership)
@@ -131,7 +137,7 @@ def build_capabilities(
     checks: list[Callable[[], Sequence[str]]] = []
     if isinstance(gateway, ClusterHealth):
         checks.append(gateway.problems)
-    shards = [] if nodes_shard is None else [nodes_shard]
+    shards = [led for led in (nodes_shard, ipam_shard) if led is not None]
     routers: list[Any] = [
         agents_router(nodes),
         subnets_router(ipam),
@@ -165,6 +171,7 @@ def build_capabilities(
         readiness_checks=checks,
         metrics=metrics,
         nodes=nodes,
+        ipam=ipam,
     )
 
 

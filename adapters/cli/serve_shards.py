@@ -1,18 +1,21 @@
-"""``serve --nodes-shard I/N``: this process's node accounting leads partition ``I`` of ``N`` of
-the nodes under a leadership of its own, while every other capability keeps the process's main
-leadership (docs/SCALING.md, "Leadership per shard").
+"""``serve --nodes-shard I/N`` and ``--ipam-shard I/N``: this process's node accounting, or its
+subnets' allocator calls, lead partition ``I`` of ``N`` of their aggregates (nodes by name,
+subnets by id) under a leadership of their own, while every other capability keeps the
+process's main leadership (docs/SCALING.md, "Leadership per shard").
 
-The shard has its own lease (the advisory lock of its name on Postgres, a lock file beside
-SQLite, or a Kubernetes Lease named after it), its own term in ``leadership-nodes/<I>-of-<N>``
-and its own fence; its leadership campaigns in a thread of its own, started and stopped by the nodes
-runtime. Only the leader's duties are partitioned — the take-over, cluster sync and migrations
-of the shard's nodes, and the cluster writes they may make, self-fenced by the shard's lease —
-while node reads and agents' requests stay whole: any process answers any agent.
+A shard has its own lease (the advisory lock of its name on Postgres, a lock file beside
+SQLite, or a Kubernetes Lease named after it), its own term in
+``leadership-<capability>/<I>-of-<N>`` and its own fence; its leadership campaigns in a thread
+of its own, started and stopped by the capability's runtime. Only the leader's duties are
+partitioned — for the nodes the take-over, cluster sync and migrations of the shard's nodes, and
+the cluster writes they may make, self-fenced by the shard's lease; for the subnets the
+allocator calls and their recorded answers — while reads and commands stay whole: any process
+answers any agent and takes any node's report.
 
 A partition is led only by the processes given it: run each one on two processes or more, or a
 partition whose only process dies has no leader until it comes back.
 
-Here: the option's text (:func:`nodes_shard_spec`, which the configuration model checks the
+Here: the option's text (:func:`shard_spec`, which the configuration model checks the
 environment and the file with, so this module is imported whenever the parser is built and
 imports nothing heavy at its top), the shard's leadership (:func:`lead_shard`), and its role and
 term where ``serve`` reports them (:func:`leadership_router`, :class:`ShardRoles`).
@@ -38,19 +41,24 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LEADERSHIP_PATH",
-    "NODES_SHARD_FORMAT",
+    "SHARDED_CAPABILITIES",
+    "SHARD_FORMAT",
     "LedShard",
     "ShardRoles",
+    "capability_shard",
     "check_interval",
     "lead_shard",
     "leadership_router",
-    "nodes_shard",
-    "nodes_shard_spec",
+    "shard_spec",
     "shard_status",
 ]
 
-NODES_SHARD_FORMAT = "PARTITION/COUNT"
-"""How ``--nodes-shard`` (``nodes.shard``, ``FLEETLEDGER_NODES_SHARD``) is written: ``0/2``."""
+SHARD_FORMAT = "PARTITION/COUNT"
+"""How a shard option (``--nodes-shard``, ``nodes.shard``, ``FLEETLEDGER_NODES_SHARD``, and
+the same for ``ipam``) is written: ``0/2``."""
+
+SHARDED_CAPABILITIES = ("nodes", "ipam")
+"""The capabilities ``serve`` can lead a shard of (``--<capability>-shard``)."""
 
 LEADERSHIP_PATH = "/v1/leadership"
 """Where ``serve`` lists this process's leaderships (:func:`leadership_router`)."""
@@ -59,38 +67,42 @@ LEADERSHIP_PATH = "/v1/leadership"
 _SPEC = re.compile(r"([0-9]{1,7})/([0-9]{1,7})")
 
 
-def nodes_shard_spec(value: str) -> str:
-    """The argparse type of ``--nodes-shard``: ``PARTITION/COUNT`` in its canonical form
+def shard_spec(value: str) -> str:
+    """The argparse type of a shard option: ``PARTITION/COUNT`` in its canonical form
     (``0/2``); ``ArgumentTypeError`` saying what to give otherwise (``x``, ``3/2``, ``0/0``)."""
     match = _SPEC.fullmatch(value) if isinstance(value, str) else None
     if match is None:
         raise argparse.ArgumentTypeError(
-            f"must be {NODES_SHARD_FORMAT}, like 0/2 (partition 0 of 2), not {value!r}"
+            f"must be {SHARD_FORMAT}, like 0/2 (partition 0 of 2), not {value!r}"
         )
     partition, count = int(match[1]), int(match[2])
     if not 1 <= count <= MAX_COUNT:
         raise argparse.ArgumentTypeError(
-            f"must be {NODES_SHARD_FORMAT} with a COUNT from 1 to {MAX_COUNT} (0/1 leads every "
-            f"node), not {value!r}"
+            f"must be {SHARD_FORMAT} with a COUNT from 1 to {MAX_COUNT} (0/1 leads all of "
+            f"them), not {value!r}"
         )
     if partition >= count:
         raise argparse.ArgumentTypeError(
-            f"must be {NODES_SHARD_FORMAT} with a PARTITION below COUNT (0 to {count - 1} of "
+            f"must be {SHARD_FORMAT} with a PARTITION below COUNT (0 to {count - 1} of "
             f"{count}), not {value!r}"
         )
     return f"{partition}/{count}"
 
 
-def nodes_shard(spec: str) -> Shard:
-    """The shard of the nodes ``spec`` names; ``ValueError`` naming ``--nodes-shard`` for a
-    spec :func:`nodes_shard_spec` refuses."""
+def capability_shard(capability: str, spec: str) -> Shard:
+    """The shard of ``capability`` (one of :data:`SHARDED_CAPABILITIES`) that ``spec`` names;
+    ``ValueError`` naming the option for a spec :func:`shard_spec` refuses."""
     from fleetledger.adapters.runtime import Shard
 
+    if capability not in SHARDED_CAPABILITIES:
+        raise ValueError(
+            f"serve leads shards of {', '.join(SHARDED_CAPABILITIES)} only, not {capability!r}"
+        )
     try:
-        partition, count = nodes_shard_spec(spec).split("/")
+        partition, count = shard_spec(spec).split("/")
     except argparse.ArgumentTypeError as e:
-        raise ValueError(f"--nodes-shard {e}") from e
-    return Shard("nodes", int(partition), int(count))
+        raise ValueError(f"--{capability}-shard {e}") from e
+    return Shard(capability, int(partition), int(count))
 
 
 def check_interval(lease_seconds: float) -> float:

@@ -72,6 +72,7 @@ COMMAND_FLAGS: dict[str, dict[str, str]] = {
         "ipam_max_ips": "ipam.max_ips",
         "ipam_x_nsf": "ipam.x_nsf",
         "ipam_x_ssf": "ipam.x_ssf",
+        "ipam_shard": "ipam.shard",
         "testbeds_namespace": "testbeds.namespace",
         "anchor_file": "anchoring.file",
         "anchor_every": "anchoring.every_seconds",

@@ -46,7 +46,7 @@ from fleetledger.adapters.cli.options import (
     seconds,
 )
 from fleetledger.adapters.cli.options import max_body_bytes as body_limit
-from fleetledger.adapters.cli.serve_shards import nodes_shard_spec
+from fleetledger.adapters.cli.serve_shards import shard_spec
 
 __all__ = [
     "ENVIRONMENT_NAMES",
@@ -223,14 +223,14 @@ class LeadershipSettings(_Section):
     lease_namespace: Name | None = None
 
 
-def _nodes_shard(value: object) -> object:
+def _shard(value: object) -> object:
     # Text only: a TOML number (``shard = 0``) is no partition of a count.
     if value is None:
         return None
     if not isinstance(value, str):
         raise invalid(f'must be text PARTITION/COUNT, like "0/2", not {value!r}')
     try:
-        return nodes_shard_spec(value)
+        return shard_spec(value)
     except argparse.ArgumentTypeError as e:
         raise invalid(str(e)) from e
 
@@ -238,7 +238,7 @@ def _nodes_shard(value: object) -> object:
 class NodesSettings(_Section):
     """Node accounting."""
 
-    shard: Annotated[str | None, BeforeValidator(_nodes_shard)] = None
+    shard: Annotated[str | None, BeforeValidator(_shard)] = None
     """``PARTITION/COUNT``: lead only that partition of the nodes, on a lease, term and fence
     of its own (``serve --nodes-shard``); ``None``: every node, on the process's lease."""
 
@@ -344,13 +344,18 @@ class SubnetSettings(_Section):
 
 
 class IpamSettings(_Section):
-    """The pod-IP batch's factors (seed 03); ``None`` keeps the domain's default."""
+    """The pod-IP batch's factors (seed 03; ``None`` keeps the domain's default), and the shard
+    of the subnets this process leads."""
 
     max_ips: Annotated[int | None, _parsed_by(count(maximum=250))] = None
     x_nsf: Annotated[float | None, _parsed_by(finite_float(minimum=1, maximum=1000))] = None
     x_ssf: Annotated[
         float | None, _parsed_by(finite_float(minimum=0, maximum=1, minimum_excluded=True))
     ] = None
+    shard: Annotated[str | None, BeforeValidator(_shard)] = None
+    """``PARTITION/COUNT``: make the allocator calls of only that partition of the subnets, on
+    a lease, term and fence of its own (``serve --ipam-shard``); ``None``: every subnet's, on
+    the process's lease."""
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

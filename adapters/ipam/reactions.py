@@ -36,6 +36,7 @@ it holds, for a reconciliation against the log.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import structlog
 
@@ -65,10 +66,14 @@ class SubnetReactions:
         *,
         runner: TaskRunner,
         name: str = "ipam-allocator",
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
+        """``owns``: whether a subnet (by id) is this process's to settle — its shard's
+        partition; ``None``: every subnet."""
         self._service = service
         self._allocator = allocator
         self._runner = runner
+        self._owns: Callable[[str], bool] = owns if owns is not None else _every_subnet
         self._lock = threading.Lock()
         self._queued: set[str] = set()
         self._short: set[str] = set()
@@ -76,9 +81,13 @@ class SubnetReactions:
             name=name,
             codec=SUBNET_CODEC,
             types=(IpsRequested, PoolResized, NodeLeft),
-            streams=lambda stream_id: subnet_id_of(stream_id) is not None,
+            streams=self._owned_stream,
             react=self._heard,
         )
+
+    def _owned_stream(self, stream_id: str) -> bool:
+        subnet = subnet_id_of(stream_id)
+        return subnet is not None and self._owns(subnet)
 
     # -- from the log --------------------------------------------------------------------------
 
@@ -102,7 +111,8 @@ class SubnetReactions:
         self._runner.submit(lambda: self._settle_queued(subnet_id))
 
     def resume(self) -> None:
-        """Settle every subnet: the calls an earlier leader may not have finished."""
+        """Settle every subnet this process settles: the calls an earlier leader may not have
+        finished."""
         with self._lock:
             self._short.clear()
         try:
@@ -111,7 +121,8 @@ class SubnetReactions:
             log.warning("could not list subnets to resume their allocator calls", error=str(e))
             return
         for subnet_id in subnets:
-            self.request_settle(subnet_id)
+            if self._owns(subnet_id):
+                self.request_settle(subnet_id)
 
     # -- the work ------------------------------------------------------------------------------
 
@@ -251,6 +262,10 @@ class SubnetReactions:
             )
         except Exception:
             log.exception("returning a gone node's IPs failed", subnet=subnet_id, node=node)
+
+
+def _every_subnet(_subnet_id: str) -> bool:
+    return True
 
 
 def _raise_first_failure(outcomes: list[Outcome]) -> None:

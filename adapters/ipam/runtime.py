@@ -16,8 +16,14 @@ finishes the calls an earlier leader left unrecorded (:mod:`~fleetledger.adapter
 
 With a :class:`~fleetledger.adapters.runtime.leadership.Leadership` several processes share one
 database: each accepts commands, only the elected one calls the allocator, and its recorded
-answers carry its term. Without one the process simply leads. ``threads=False`` runs nothing by
-itself: tests and the simulator call :meth:`IpamRuntime.step` when they choose.
+answers carry its term. Without one the process simply leads. With a ``shard`` (a partition of
+the subnets, by subnet id, led by a :class:`Leadership` of that shard) the leader settles only
+that partition's subnets, from a checkpoint of its own, and its answers carry the shard's name
+beside its term, fenced against that shard alone; commands and the read model stay whole: any
+process takes any node's report (docs/SCALING.md, "Leadership per shard").
+
+``threads=False`` runs nothing by itself: tests and the simulator call :meth:`IpamRuntime.step`
+when they choose.
 """
 
 from __future__ import annotations
@@ -34,12 +40,14 @@ from fleetledger.adapters.runtime import (
     LogFollower,
     NoFencing,
     RetryPolicy,
+    Shard,
     ThreadRunner,
     Writer,
 )
 from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactors
+from fleetledger.adapters.runtime.shards import check_runtime_shard
 from fleetledger.domain.ipam import IpamConfig
 from fleetledger.eventstore import EventStore
 from fleetledger.projections._reading import bulk_read
@@ -95,10 +103,15 @@ class IpamRuntime:
         manage_leadership: bool = True,
         reactor_poll_seconds: float = 1.0,
         reactor_name: str = "ipam-allocator",
+        shard: Shard | None = None,
     ) -> None:
         """``writer`` overrides ``actor`` and the fencing taken from ``leadership``; with
         ``manage_leadership=False`` the leadership is shared with (and started and stopped by)
-        another runtime of the same process."""
+        another runtime of the same process. ``shard`` needs ``leadership`` of that shard."""
+        check_runtime_shard(
+            shard, leadership, capability="ipam", runtime="IpamRuntime", aggregate="subnet"
+        )
+        self.shard = shard
         self.store = store
         self.allocator = allocator
         self.clock: Clock = clock if clock is not None else SystemClock()
@@ -120,7 +133,15 @@ class IpamRuntime:
             runner: ThreadRunner | QueuedRunner = self._pool
         else:
             self._queued = runner = QueuedRunner()
-        self.reactions = SubnetReactions(self.service, allocator, runner=runner, name=reactor_name)
+        self.reactions = SubnetReactions(
+            self.service,
+            allocator,
+            runner=runner,
+            # A checkpoint of its own: one shared with another shard's reactor would be moved
+            # past that shard's calls by this one, which skips them.
+            name=reactor_name if shard is None else f"{reactor_name}-{shard.name}",
+            owns=None if shard is None else shard.owns,
+        )
         self._reactors = Reactors(
             store, [self.reactions.reactor], poll_interval=reactor_poll_seconds
         )

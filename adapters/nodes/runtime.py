@@ -44,6 +44,7 @@ from fleetledger.adapters.runtime import (
 from fleetledger.adapters.runtime.duties import Duties
 from fleetledger.adapters.runtime.leadership import Leadership
 from fleetledger.adapters.runtime.reactors import Reactor, Reactors
+from fleetledger.adapters.runtime.shards import check_runtime_shard
 from fleetledger.domain.nodes import NodeConfig, NodeEvent, StartupRule
 from fleetledger.eventstore import EventStore
 from fleetledger.projections._reading import bulk_read
@@ -88,7 +89,9 @@ class NodesRuntime:
     ) -> None:
         if sync_seconds <= 0:
             raise ValueError(f"sync_seconds must be positive, got {sync_seconds}")
-        _check_shard(shard, leadership)
+        check_runtime_shard(
+            shard, leadership, capability="nodes", runtime="NodesRuntime", aggregate="node"
+        )
         self.shard = shard
         self.store = store
         self.cluster = cluster
@@ -298,19 +301,3 @@ class NodesRuntime:
 def _owns_stream(shard: Shard, stream_id: str) -> bool:
     node = node_of_stream(stream_id)
     return node is not None and shard.owns(node)
-
-
-def _check_shard(shard: Shard | None, leadership: Leadership | None) -> None:
-    """A runtime of a shard is led by that shard's leadership, and a shard's leadership leads
-    only that shard's nodes: any other pairing would let two leaders act on one node."""
-    if shard is not None and shard.capability != "nodes":
-        raise ValueError(
-            f"a nodes runtime leads a shard of the nodes (like 'nodes/0-of-2'), got {shard.name!r}"
-        )
-    led = None if leadership is None else leadership.shard
-    if leadership is not None and led != (None if shard is None else shard.name):
-        raise ValueError(
-            f"the leadership leads {f'shard {led!r}' if led else 'every node'} but the runtime "
-            f"was given {f'shard {shard.name!r}' if shard else 'no shard'}: give both the same "
-            "shard (a Leadership(shard=...) and NodesRuntime(shard=...)), or neither"
-        )

@@ -20,9 +20,16 @@ import functools
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
-__all__ = ["MAX_SHARD_NAME_LENGTH", "Shard", "partition_of", "shard_lock_key", "shard_name"]
+__all__ = [
+    "MAX_SHARD_NAME_LENGTH",
+    "Shard",
+    "check_runtime_shard",
+    "partition_of",
+    "shard_lock_key",
+    "shard_name",
+]
 
 MAX_SHARD_NAME_LENGTH: Final = 200
 """The longest shard name the store fences (it keeps one term per name)."""
@@ -107,6 +114,40 @@ class Shard:
     def owns(self, name: str) -> bool:
         """Whether the aggregate named ``name`` is in this partition."""
         return partition_of(name, self.count) == self.partition
+
+
+class _Led(Protocol):
+    @property
+    def shard(self) -> str | None: ...
+
+
+def check_runtime_shard(
+    shard: Shard | None,
+    leadership: _Led | None,
+    *,
+    capability: str,
+    runtime: str,
+    aggregate: str,
+) -> None:
+    """Refuse a ``runtime`` (its class name) of ``capability`` given a shard of another
+    capability, or paired with a leadership of another shard (or of none while it has one):
+    ``ValueError`` saying what to give. A runtime of a shard is led by that shard's leadership,
+    and a shard's leadership leads only that shard's aggregates: any other pairing would let two
+    leaders act on one aggregate."""
+    if shard is not None and shard.capability != capability:
+        raise ValueError(
+            f"{runtime} leads a shard of the {aggregate}s (like '{capability}/0-of-2'), "
+            f"got {shard.name!r}"
+        )
+    if leadership is None:
+        return
+    led = leadership.shard
+    if led != (None if shard is None else shard.name):
+        raise ValueError(
+            f"the leadership leads {f'shard {led!r}' if led else f'every {aggregate}'} but the "
+            f"runtime was given {f'shard {shard.name!r}' if shard else 'no shard'}: give both "
+            f"the same shard (a Leadership(shard=...) and {runtime}(shard=...)), or neither"
+        )
 
 
 def _check_count(count: int) -> None:

@@ -119,7 +119,8 @@ class FleetReport:
     """Wall seconds per part of the run: ``setup`` (the fleet joining at virtual time 0), the
     loop's work by kind (``tick``: workloads and placement; ``sync``, of which ``sync.nodes``
     and ``sync.subnets``, also counted within ``setup`` and ``restart``; ``agents``;
-    ``machines``; ``restart``, with ``replay_check``, which wall time leaves out), ``testbed``."""
+    ``machines``; ``restart``, with ``state_check`` and ``replay_check``, the comparisons of
+    its dumps which wall time leaves out), ``testbed``."""
 
     @property
     def speedup(self) -> float:
@@ -178,7 +179,7 @@ class FleetReport:
             f"{self.machines_created}",
             f"  events: {self.events} ({by_capability})",
             f"  time: {self.virtual_seconds:.0f} virtual s in {self.wall_seconds:.1f} wall s "
-            "(the restart's replay check left out)",
+            "(the restart's checks left out)",
             f"  restart at position {self.restart_position}: rebuilt state "
             + ("equal" if self.restart_state_equal else "DIFFERENT")
             + (

@@ -53,6 +53,7 @@ search_steps = 50
 max_ips = 110
 x_nsf = 3
 x_ssf = 0.8
+shard = "0/3"
 
 [testbeds]
 namespace = "jobs"
@@ -83,7 +84,7 @@ AS_FLAGS = [
     *("--fake-latency", "0.25", "--write-burst", "20"),
     *("--grouper", "g", "--idle-timeout", "0.2", "--max-timeout", "2", "--max-batch-size", "10"),
     *("--placement-search-steps", "50"),
-    *("--ipam-max-ips", "110", "--ipam-x-nsf", "3", "--ipam-x-ssf", "0.8"),
+    *("--ipam-max-ips", "110", "--ipam-x-nsf", "3", "--ipam-x-ssf", "0.8", "--ipam-shard", "0/3"),
     *("--testbeds-namespace", "jobs"),
     *("--pool", "batch=Standard_D4s_v5:4000:16:spread"),
     *("--pool", "general=Standard_D8s_v5:8000:32"),

@@ -7,15 +7,17 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
-from fleetledger.adapters.clock import SystemClock
+import pytest
+
+from fleetledger.adapters.clock import ManualClock, SystemClock
 from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime, SubnetService
-from fleetledger.adapters.runtime import LEADER_TERM_KEY
+from fleetledger.adapters.runtime import LEADER_SHARD_KEY, LEADER_TERM_KEY, Shard
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
 from fleetledger.domain import ipam
 from fleetledger.eventstore import EventStore
 from tests.counting_store import CountingStore
 
-from .support import SUBNET, allocator, assert_consistent, stepped, wait_until
+from .support import EPOCH, SUBNET, allocator, assert_consistent, stepped, wait_until
 
 NODES = tuple(f"node-{i}" for i in range(4))
 
@@ -302,3 +304,110 @@ class TestLeadership:
 
 def leadership(store: EventStore, board: dict[str, str]) -> Leadership:
     return Leadership(store, MemoryLease(board, holder="me"), clock=SystemClock(), holder="me")
+
+
+ZERO, ONE = Shard("ipam", 0, 2), Shard("ipam", 1, 2)
+OWNED = {ZERO: SUBNET, ONE: "pods-b"}
+"""A subnet of each partition (the partition of a name is pinned: see the shards' tests)."""
+
+
+def shard_runtime(
+    store: EventStore, fake: InMemoryAllocator, board: dict[str, str], holder: str, shard: Shard
+) -> IpamRuntime:
+    """A started runtime without threads leading ``shard`` once it wins the shard's lease on
+    ``board`` (elected at start if the lease is free)."""
+    clock = ManualClock(EPOCH)
+    lease = MemoryLease(board, holder=holder, name=shard.name)
+    leading = Leadership(store, lease, clock=clock, holder=holder, shard=shard)
+    return IpamRuntime(
+        store, fake, clock=clock, threads=False, leadership=leading, shard=shard
+    ).start()
+
+
+def answers(store: EventStore, subnet: str) -> list[tuple[object, object]]:
+    """The (leader_term, leader_shard) of each allocator answer recorded for ``subnet``."""
+    return [
+        (r.metadata.get(LEADER_TERM_KEY), r.metadata.get(LEADER_SHARD_KEY))
+        for r in store.read_stream(f"subnet-{subnet}")
+        if r.type == "ipam.IpsAllocated"
+    ]
+
+
+class TestShards:
+    def _subnets(
+        self, runtime: IpamRuntime, fake: InMemoryAllocator, nodes: tuple[str, ...]
+    ) -> None:
+        """Each partition's subnet, with the allocator and ``nodes`` joined to it."""
+        for subnet in OWNED.values():
+            fake.add_subnet(subnet, 1024)
+            runtime.service.create(subnet, 1024)
+            runtime.service.join(subnet, nodes)
+
+    def test_each_shard_leader_settles_only_its_own_subnets(self, store: EventStore) -> None:
+        """Two runtimes on one log lead ipam/0-of-2 and ipam/1-of-2 at once: each makes the
+        allocator calls of its partition's subnet only, and records them under its shard's
+        term 1."""
+        assert all(shard.owns(subnet) for shard, subnet in OWNED.items())
+        board: dict[str, str] = {}
+        fake = InMemoryAllocator()
+        first = shard_runtime(store, fake, board, "a", ZERO)
+        second = shard_runtime(store, fake, board, "b", ONE)
+        self._subnets(first, fake, NODES)
+
+        first.step()
+
+        assert len(answers(store, OWNED[ZERO])) == len(NODES)
+        assert answers(store, OWNED[ONE]) == []
+        second.step()
+        for shard, subnet in OWNED.items():
+            assert set(answers(store, subnet)) == {(1, shard.name)}
+            state = second.service.load(subnet)
+            assert ipam.outstanding_requests(state) == ()
+            assert_consistent(state, fake)
+
+    def test_a_moved_shards_old_leader_is_fenced_and_the_other_shard_goes_on(
+        self, store: EventStore
+    ) -> None:
+        """ipam/0-of-2 passes to a third runtime (its term 2). The old leader's next recording
+        is refused and it stops leading; the new one makes the call, and ipam/1-of-2's leader
+        goes on at its term 1."""
+        board: dict[str, str] = {}
+        fake = InMemoryAllocator()
+        old = shard_runtime(store, fake, board, "a", ZERO)
+        other = shard_runtime(store, fake, board, "b", ONE)
+        self._subnets(old, fake, NODES[:1])
+        old.step()
+        other.step()
+        del board[ZERO.name]  # the old holder stalled past its lease
+        new = shard_runtime(store, fake, board, "c", ZERO)
+        assert new.leading and new.leadership is not None and new.leadership.term() == 2
+        for subnet in OWNED.values():
+            new.service.join(subnet, NODES[1:2])
+
+        old.step()
+        assert not old.leading
+        assert len(answers(store, OWNED[ZERO])) == 1
+        new.step()
+        other.step()
+
+        assert answers(store, OWNED[ZERO]) == [(1, ZERO.name), (2, ZERO.name)]
+        assert answers(store, OWNED[ONE]) == [(1, ONE.name), (1, ONE.name)]
+        assert (store.leader_term(ZERO.name), store.leader_term(ONE.name)) == (2, 1)
+        for subnet in OWNED.values():
+            assert_consistent(new.service.load(subnet), fake)
+
+    def test_a_runtime_and_its_leadership_lead_the_same_shard(self, store: EventStore) -> None:
+        """A shard without its leadership, a leadership of another shard, or a shard of
+        another capability is refused at construction, saying what to give."""
+
+        def leading(shard: str | None) -> Leadership:
+            return Leadership(store, MemoryLease({}, holder="a"), clock=SystemClock(), shard=shard)
+
+        for leadership_, shard, problem in (
+            (leading(None), ZERO, "leads every subnet"),
+            (leading("ipam/1-of-2"), ZERO, "leads shard 'ipam/1-of-2'"),
+            (leading("ipam/0-of-2"), None, "no shard"),
+            (None, Shard("nodes", 0, 2), "IpamRuntime leads a shard of the subnets"),
+        ):
+            with pytest.raises(ValueError, match=problem):
+                IpamRuntime(store, allocator(), threads=False, leadership=leadership_, shard=shard)

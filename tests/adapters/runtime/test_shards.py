@@ -28,6 +28,7 @@ def test_the_surface_is_what_it_says() -> None:
     assert shards.__all__ == [
         "MAX_SHARD_NAME_LENGTH",
         "Shard",
+        "check_runtime_shard",
         "partition_of",
         "shard_lock_key",
         "shard_name",

@@ -65,6 +65,14 @@ def test_the_restart_rebuilds_the_state_the_old_process_held(
     assert report.replay_equal
 
 
+def test_the_restart_checks_are_timed_apart_from_the_run(fleet: tuple[FleetReport, str]) -> None:
+    """The dumps compared at the restart and the replay are the simulator's checks, timed on
+    their own (wall time, and so the speed, leaves them out)."""
+    report, _ = fleet
+    assert report.phases["state_check"] > 0
+    assert report.phases["replay_check"] > 0
+
+
 def test_the_log_passes_audit_verify(
     fleet: tuple[FleetReport, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,7 +1,8 @@
-"""``serve --nodes-shard I/N``: the option from the flag, the environment and the file, refused
-before anything starts when it names no partition; each shard's own lease; and two processes'
-capabilities, built as ``serve`` builds them on one Postgres log, leading nodes/0-of-2 and
-nodes/1-of-2 at once, each taking over only its own nodes under its shard's term while the
+"""``serve --nodes-shard I/N`` and ``--ipam-shard I/N``: the options from the flag, the
+environment and the file, refused before anything starts when they name no partition; each
+shard's own lease; and two processes' capabilities, built as ``serve`` builds them on one
+Postgres log, leading nodes/0-of-2 and nodes/1-of-2 (ipam/0-of-2 and ipam/1-of-2) at once, each
+taking over only its own nodes (settling only its own subnets) under its shard's term while the
 process's main leadership leads nothing."""
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from fleetledger.adapters.cli.serve_capabilities import (
 from fleetledger.adapters.cli.serve_shards import (
     LedShard,
     ShardRoles,
+    capability_shard,
     check_interval,
     lead_shard,
-    nodes_shard,
-    nodes_shard_spec,
+    shard_spec,
 )
 from fleetledger.adapters.clock import SystemClock
 from fleetledger.adapters.cluster import FakeCluster, Node, PodSpec
@@ -47,6 +48,9 @@ from tests.waiting import wait_until
 LEASE_SECONDS = 2.0
 ZERO, ONE = Shard("nodes", 0, 2), Shard("nodes", 1, 2)
 NODES = [f"node-{n:02d}" for n in range(24)]
+IPAM_ZERO, IPAM_ONE = Shard("ipam", 0, 2), Shard("ipam", 1, 2)
+SUBNETS = {IPAM_ZERO: "pods-a", IPAM_ONE: "pods-b"}
+"""A subnet of each partition (partitions are pinned: see the shards' tests)."""
 
 
 def resolved(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:
@@ -56,24 +60,33 @@ def resolved(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:
 
 
 class TestTheOption:
-    def test_the_flag_the_environment_and_the_file_each_set_it(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("capability", ["nodes", "ipam"])
+    def test_the_flag_the_environment_and_the_file_each_set_it(
+        self, tmp_path: Path, capability: str
+    ) -> None:
         """``--nodes-shard``, ``FLEETLEDGER_NODES_SHARD`` and ``[nodes] shard``, in that order
-        of precedence; unset, node accounting leads every node."""
+        of precedence (and the same for ipam); unset, the capability leads all of its own."""
         config = tmp_path / "fleet.toml"
-        config.write_text('[nodes]\nshard = "2/4"\n', encoding="utf-8")
-        variable = {"FLEETLEDGER_NODES_SHARD": "1/4"}
+        config.write_text(f'[{capability}]\nshard = "2/4"\n', encoding="utf-8")
+        variable = {f"FLEETLEDGER_{capability.upper()}_SHARD": "1/4"}
+        option = f"{capability}_shard"
 
-        assert resolved(["serve"], {}).nodes_shard is None
-        assert resolved(["--config", str(config), "serve"], {}).nodes_shard == "2/4"
-        assert resolved(["--config", str(config), "serve"], variable).nodes_shard == "1/4"
-        flagged = ["--config", str(config), "serve", "--nodes-shard", "3/4"]
-        assert resolved(flagged, variable).nodes_shard == "3/4"
+        assert getattr(resolved(["serve"], {}), option) is None
+        assert getattr(resolved(["--config", str(config), "serve"], {}), option) == "2/4"
+        assert getattr(resolved(["--config", str(config), "serve"], variable), option) == "1/4"
+        flagged = ["--config", str(config), "serve", f"--{capability}-shard", "3/4"]
+        assert getattr(resolved(flagged, variable), option) == "3/4"
 
-    def test_a_spec_names_a_partition_of_the_nodes(self) -> None:
-        """The canonical text, and the shard it is; 0/1 is every node, as a shard."""
-        assert nodes_shard_spec("01/2") == "1/2"
-        assert nodes_shard("1/4") == Shard("nodes", 1, 4)
-        assert nodes_shard("0/1").owns("any-node")
+    def test_a_spec_names_a_partition_of_a_capability(self) -> None:
+        """The canonical text, and the shard it is; 0/1 is every aggregate, as a shard."""
+        assert shard_spec("01/2") == "1/2"
+        assert capability_shard("nodes", "1/4") == Shard("nodes", 1, 4)
+        assert capability_shard("ipam", "1/4") == Shard("ipam", 1, 4)
+        assert capability_shard("nodes", "0/1").owns("any-node")
+        with pytest.raises(ValueError, match="--ipam-shard must be PARTITION/COUNT"):
+            capability_shard("ipam", "2/2")
+        with pytest.raises(ValueError, match="shards of nodes, ipam only, not 'machines'"):
+            capability_shard("machines", "0/2")
 
     @pytest.mark.parametrize(
         ("value", "message"),
@@ -89,9 +102,12 @@ class TestTheOption:
             ("1/99999999", "must be PARTITION/COUNT"),
         ],
     )
+    @pytest.mark.parametrize("flag", ["--nodes-shard", "--ipam-shard"])
     def test_a_bad_flag_is_refused_before_anything_starts(
         self,
+        *,
         sqlite_url: str,
+        flag: str,
         value: str,
         message: str,
         monkeypatch: pytest.MonkeyPatch,
@@ -102,41 +118,43 @@ class TestTheOption:
         monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
 
         with pytest.raises(SystemExit) as exited:
-            main(["serve", "--url", sqlite_url, f"--nodes-shard={value}"])
+            main(["serve", "--url", sqlite_url, f"{flag}={value}"])
 
         err = capsys.readouterr().err
         assert exited.value.code == EXIT_USAGE
-        assert "argument --nodes-shard:" in err and message in err
+        assert f"argument {flag}:" in err and message in err
         assert len(err.strip().splitlines()) == 1
         assert opened == []
 
     @pytest.mark.parametrize(
         "case",
         [
-            ("3/2", None, "environment variable FLEETLEDGER_NODES_SHARD must be PARTITION/COUNT"),
-            (None, 'shard = "0/0"', "nodes.shard must be PARTITION/COUNT with a COUNT from 1"),
-            (None, "shard = 2", "nodes.shard must be text PARTITION/COUNT"),
+            ("nodes", "3/2", None, "variable FLEETLEDGER_NODES_SHARD must be PARTITION/COUNT"),
+            ("nodes", None, 'shard = "0/0"', "nodes.shard must be PARTITION/COUNT with a COUNT"),
+            ("nodes", None, "shard = 2", "nodes.shard must be text PARTITION/COUNT"),
+            ("ipam", "1/0", None, "variable FLEETLEDGER_IPAM_SHARD must be PARTITION/COUNT"),
+            ("ipam", None, 'shard = "4/4"', "ipam.shard must be PARTITION/COUNT with a PARTITION"),
         ],
-        ids=["variable", "file", "file-number"],
+        ids=["variable", "file", "file-number", "ipam-variable", "ipam-file"],
     )
     def test_a_bad_variable_or_file_is_refused_before_anything_starts(
         self,
         sqlite_url: str,
         tmp_path: Path,
-        case: tuple[str | None, str | None, str],
+        case: tuple[str, str | None, str | None, str],
         monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str],
     ) -> None:
         """Refused naming the variable or the file's key, exit 2; the log is never opened."""
-        variable, toml, message = case
+        capability, variable, toml, message = case
         opened: list[Any] = []
         monkeypatch.setattr(serve, "open_store", lambda *a, **k: opened.append(a))
-        if variable is None:
-            monkeypatch.delenv("FLEETLEDGER_NODES_SHARD", raising=False)
-        else:
-            monkeypatch.setenv("FLEETLEDGER_NODES_SHARD", variable)
+        for name in ("FLEETLEDGER_NODES_SHARD", "FLEETLEDGER_IPAM_SHARD"):
+            monkeypatch.delenv(name, raising=False)
+        if variable is not None:
+            monkeypatch.setenv(f"FLEETLEDGER_{capability.upper()}_SHARD", variable)
         config = tmp_path / "fleet.toml"
-        config.write_text(f"[nodes]\n{toml or ''}\n", encoding="utf-8")
+        config.write_text(f"[{capability}]\n{toml or ''}\n", encoding="utf-8")
 
         code = main(["--config", str(config), "serve", "--url", sqlite_url])
 
@@ -220,7 +238,15 @@ def serve_process(url: str, holder: str, shard: Shard) -> Process:
         store, lease(shard), shard, clock=clock, holder=holder, lease_seconds=LEASE_SECONDS
     )
     capabilities = build_capabilities(
-        store, main_leadership, clock, None, subnets=[], pools=[], cluster="fake", nodes_shard=led
+        store,
+        main_leadership,
+        clock,
+        None,
+        subnets=[(subnet, 1024) for subnet in SUBNETS.values()],
+        pools=[],
+        cluster="fake",
+        nodes_shard=led if shard.capability == "nodes" else None,
+        ipam_shard=led if shard.capability == "ipam" else None,
     )
     process = Process(store, main_leadership, led, capabilities)
     for name in NODES:
@@ -333,3 +359,66 @@ class TestTwoProcessesLeadTheirShards:
             == 0.0
         )
         assert registry.get_sample_value("fleetledger_shard_held_term", labels) == 1.0
+
+
+@pytest.fixture
+def subnet_processes(postgres_url: str) -> Iterator[tuple[Process, Process]]:
+    """Two processes on one log, a given ipam/0-of-2 and b ipam/1-of-2, their subnets' runtimes
+    started (each campaigns for its shard in its own thread), and both subnets created."""
+    built = [
+        serve_process(postgres_url, "a", IPAM_ZERO),
+        serve_process(postgres_url, "b", IPAM_ONE),
+    ]
+    try:
+        for process in built:
+            process.capabilities.ipam.start()
+        for subnet in SUBNETS.values():
+            built[0].capabilities.ipam.service.create(subnet, 1024)
+        yield built[0], built[1]
+    finally:
+        for process in built:
+            process.capabilities.ipam.stop()
+            process.store.close()
+
+
+def answered(store: EventStore, subnet: str) -> list[tuple[object, object]]:
+    """The (shard, term) of each allocator answer recorded for ``subnet``."""
+    return [
+        (record.metadata.get(LEADER_SHARD_KEY), record.metadata.get(LEADER_TERM_KEY))
+        for record in store.read_stream(f"subnet-{subnet}")
+        if record.type == "ipam.IpsAllocated"
+    ]
+
+
+class TestTwoProcessesLeadTheirSubnets:
+    def test_each_settles_only_its_own_subnets(
+        self, subnet_processes: tuple[Process, Process], postgres_url: str
+    ) -> None:
+        """Nodes join both subnets through one process; each subnet's allocator calls are made
+        and recorded by the leader of its partition alone, in its shard's term 1, while both
+        processes' main leaderships lead nothing."""
+        a, b = subnet_processes
+        assert all(shard.owns(subnet) for shard, subnet in SUBNETS.items())
+        assert a.capabilities.ipam.shard == IPAM_ZERO and b.capabilities.ipam.shard == IPAM_ONE
+        wait_until(
+            lambda: a.capabilities.ipam.leading and b.capabilities.ipam.leading,
+            timeout=30,
+            what="both shards of the subnets to lead",
+        )
+        for subnet in SUBNETS.values():
+            a.capabilities.ipam.service.join(subnet, NODES[:3])
+
+        with contextlib.closing(open_store(postgres_url)) as store:
+            wait_until(
+                lambda: all(len(answered(store, s)) == 3 for s in SUBNETS.values()),
+                timeout=30,
+                what="every node's first IPs recorded",
+            )
+            for shard, subnet in SUBNETS.items():
+                assert set(answered(store, subnet)) == {(shard.name, 1)}
+        assert (a.main.term(), b.main.term()) == (None, None)
+        # Each process's allocator was called for its own partition's subnet only.
+        for process, mine, theirs in ((a, "pods-a", "pods-b"), (b, "pods-b", "pods-a")):
+            allocator = process.capabilities.ipam.allocator
+            assert sorted(allocator.held(mine)) == NODES[:3]
+            assert allocator.held(theirs) == {}
