@@ -43,6 +43,7 @@ from fleetledger.adapters.runtime import LEADER_SHARD_KEY, LEADER_TERM_KEY, Lead
 from fleetledger.adapters.runtime.self_fencing import LeaseExpired
 from fleetledger.adapters.runtime.shards import partition_of
 from fleetledger.eventstore import EventStore, open_store
+from tests.adapters.ipam.support import answer_fences
 from tests.waiting import wait_until
 
 LEASE_SECONDS = 2.0
@@ -381,15 +382,6 @@ def subnet_processes(postgres_url: str) -> Iterator[tuple[Process, Process]]:
             process.store.close()
 
 
-def answered(store: EventStore, subnet: str) -> list[tuple[object, object]]:
-    """The (shard, term) of each allocator answer recorded for ``subnet``."""
-    return [
-        (record.metadata.get(LEADER_SHARD_KEY), record.metadata.get(LEADER_TERM_KEY))
-        for record in store.read_stream(f"subnet-{subnet}")
-        if record.type == "ipam.IpsAllocated"
-    ]
-
-
 class TestTwoProcessesLeadTheirSubnets:
     def test_each_settles_only_its_own_subnets(
         self, subnet_processes: tuple[Process, Process], postgres_url: str
@@ -410,12 +402,12 @@ class TestTwoProcessesLeadTheirSubnets:
 
         with contextlib.closing(open_store(postgres_url)) as store:
             wait_until(
-                lambda: all(len(answered(store, s)) == 3 for s in SUBNETS.values()),
+                lambda: all(len(answer_fences(store, s)) == 3 for s in SUBNETS.values()),
                 timeout=30,
                 what="every node's first IPs recorded",
             )
             for shard, subnet in SUBNETS.items():
-                assert set(answered(store, subnet)) == {(shard.name, 1)}
+                assert set(answer_fences(store, subnet)) == {(1, shard.name)}
         assert (a.main.term(), b.main.term()) == (None, None)
         # Each process's allocator was called for its own partition's subnet only.
         for process, mine, theirs in ((a, "pods-a", "pods-b"), (b, "pods-b", "pods-a")):

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from fleetledger.adapters.clock import ManualClock
 from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime
+from fleetledger.adapters.runtime import LEADER_SHARD_KEY, LEADER_TERM_KEY
 from fleetledger.domain import ipam
 from fleetledger.eventstore import EventStore
 
@@ -40,3 +41,12 @@ def wait_until(store: EventStore, condition: Callable[[], bool], timeout: float 
         left = deadline - time.monotonic()
         assert left > 0, "the condition did not hold in time"
         store.wait_for_wake(store.wake_sequence(), timeout=min(left, 0.5))
+
+
+def answer_fences(store: EventStore, subnet: str) -> list[tuple[object, object]]:
+    """The (leader_term, leader_shard) of each allocator answer recorded for ``subnet``."""
+    return [
+        (r.metadata.get(LEADER_TERM_KEY), r.metadata.get(LEADER_SHARD_KEY))
+        for r in store.read_stream(f"subnet-{subnet}")
+        if r.type == "ipam.IpsAllocated"
+    ]

@@ -11,13 +11,21 @@ import pytest
 
 from fleetledger.adapters.clock import ManualClock, SystemClock
 from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime, SubnetService
-from fleetledger.adapters.runtime import LEADER_SHARD_KEY, LEADER_TERM_KEY, Shard
+from fleetledger.adapters.runtime import LEADER_TERM_KEY, Shard
 from fleetledger.adapters.runtime.leadership import Leadership, MemoryLease
 from fleetledger.domain import ipam
 from fleetledger.eventstore import EventStore
 from tests.counting_store import CountingStore
 
-from .support import EPOCH, SUBNET, allocator, assert_consistent, stepped, wait_until
+from .support import (
+    EPOCH,
+    SUBNET,
+    allocator,
+    answer_fences,
+    assert_consistent,
+    stepped,
+    wait_until,
+)
 
 NODES = tuple(f"node-{i}" for i in range(4))
 
@@ -324,15 +332,6 @@ def shard_runtime(
     ).start()
 
 
-def answers(store: EventStore, subnet: str) -> list[tuple[object, object]]:
-    """The (leader_term, leader_shard) of each allocator answer recorded for ``subnet``."""
-    return [
-        (r.metadata.get(LEADER_TERM_KEY), r.metadata.get(LEADER_SHARD_KEY))
-        for r in store.read_stream(f"subnet-{subnet}")
-        if r.type == "ipam.IpsAllocated"
-    ]
-
-
 class TestShards:
     def _subnets(
         self, runtime: IpamRuntime, fake: InMemoryAllocator, nodes: tuple[str, ...]
@@ -356,11 +355,11 @@ class TestShards:
 
         first.step()
 
-        assert len(answers(store, OWNED[ZERO])) == len(NODES)
-        assert answers(store, OWNED[ONE]) == []
+        assert len(answer_fences(store, OWNED[ZERO])) == len(NODES)
+        assert answer_fences(store, OWNED[ONE]) == []
         second.step()
         for shard, subnet in OWNED.items():
-            assert set(answers(store, subnet)) == {(1, shard.name)}
+            assert set(answer_fences(store, subnet)) == {(1, shard.name)}
             state = second.service.load(subnet)
             assert ipam.outstanding_requests(state) == ()
             assert_consistent(state, fake)
@@ -386,12 +385,12 @@ class TestShards:
 
         old.step()
         assert not old.leading
-        assert len(answers(store, OWNED[ZERO])) == 1
+        assert len(answer_fences(store, OWNED[ZERO])) == 1
         new.step()
         other.step()
 
-        assert answers(store, OWNED[ZERO]) == [(1, ZERO.name), (2, ZERO.name)]
-        assert answers(store, OWNED[ONE]) == [(1, ONE.name), (1, ONE.name)]
+        assert answer_fences(store, OWNED[ZERO]) == [(1, ZERO.name), (2, ZERO.name)]
+        assert answer_fences(store, OWNED[ONE]) == [(1, ONE.name), (1, ONE.name)]
         assert (store.leader_term(ZERO.name), store.leader_term(ONE.name)) == (2, 1)
         for subnet in OWNED.values():
             assert_consistent(new.service.load(subnet), fake)
