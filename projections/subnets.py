@@ -16,17 +16,18 @@ from __future__ import annotations
 import dataclasses
 import threading
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 from uuid import UUID
 
 from fleetledger.domain import ipam
-from fleetledger.domain.codec import from_data, registered_event_types
+from fleetledger.domain.codec import registered_event_types
 from fleetledger.domain.ipam import BatchSizeChanged, SubnetEvent, SubnetState
 from fleetledger.eventstore import EventStore, RecordedEvent
 
 from ._reading import catch_up, events_after, position_in_log
 from .heads import StreamHead
+from .recent import RecentEvents, decode
 
 __all__ = [
     "SUBNET_EVENT_TYPE_NAMES",
@@ -63,9 +64,14 @@ class _Subnet(NamedTuple):
 
 
 class SubnetsProjection:
-    """Subnet states by id, folded from the log; thread-safe."""
+    """Subnet states by id, folded from the log; thread-safe.
 
-    def __init__(self) -> None:
+    ``recent``: the events this process's subnet streams appended, which the model then folds
+    without decoding them again (see :class:`~fleetledger.projections.recent.RecentEvents`).
+    """
+
+    def __init__(self, *, recent: RecentEvents | None = None) -> None:
+        self.recent = recent if recent is not None else RecentEvents()
         self._lock = threading.Lock()
         self._reading = threading.Lock()
         self._subnets: dict[str, _Subnet] = {}
@@ -104,11 +110,11 @@ class SubnetsProjection:
     def apply_page(self, records: Sequence[RecordedEvent]) -> None:
         """Fold ``records``, in log order, as :meth:`apply` folds each, under one lock."""
         with self._lock:
-            subnets, position = self._subnets, self._position
+            subnets, position, decode = self._subnets, self._position, self.recent.decode
             try:
                 for record in records:
                     if record.global_position > position:
-                        _fold_record(subnets, record)
+                        _fold_record(subnets, record, decode)
                         position = record.global_position
             finally:
                 self._position = position
@@ -173,7 +179,7 @@ def dump_at(store: EventStore, position: int | None = None) -> Json:
     position = position_in_log(store, position)
     subnets: dict[str, _Subnet] = {}
     for record in events_after(store, 0, types=SUBNET_EVENT_TYPE_NAMES, until=position):
-        _fold_record(subnets, record)
+        _fold_record(subnets, record, decode)
     return _dump(subnets, position)
 
 
@@ -197,11 +203,15 @@ def _dump(subnets: Mapping[str, _Subnet], position: int) -> Json:
     }
 
 
-def _fold_record(subnets: dict[str, _Subnet], record: RecordedEvent) -> None:
+def _fold_record(
+    subnets: dict[str, _Subnet],
+    record: RecordedEvent,
+    decode: Callable[[RecordedEvent], object],
+) -> None:
     if not record.stream_id.startswith(_PREFIX):
         return
     subnet_id = record.stream_id[len(_PREFIX) :]
-    event = from_data(record.type, record.schema_version, record.data)
+    event = decode(record)
     if type(event) not in _SUBNET_EVENT_CLASSES and not isinstance(event, SubnetEvent):
         raise TypeError(f"{record.type} at {record.stream_id} is not a subnet event")
     current = subnets.get(subnet_id)

@@ -117,11 +117,13 @@ class IpamRuntime:
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.leadership = leadership
         self._threads = threads
+        self.projection = SubnetsProjection()
         if writer is None:
             writer = Writer(
                 actor=actor,
                 labels=(("capability", "ipam"),),
                 fencing=DutyFencing(leadership) if leadership is not None else NoFencing(),
+                recent=self.projection.recent,
             )
         self.service = SubnetService(
             store, clock=self.clock, config=config, writer=writer, retry=retry
@@ -143,9 +145,11 @@ class IpamRuntime:
             owns=None if shard is None else shard.owns,
         )
         self._reactors = Reactors(
-            store, [self.reactions.reactor], poll_interval=reactor_poll_seconds
+            store,
+            [self.reactions.reactor],
+            poll_interval=reactor_poll_seconds,
+            recent=self.projection.recent,
         )
-        self.projection = SubnetsProjection()
         self._follower = LogFollower(store, self.projection, types=SUBNET_EVENT_TYPE_NAMES)
         self._running = False
         self.duties = Duties(

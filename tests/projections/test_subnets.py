@@ -12,7 +12,12 @@ from fleetledger.adapters.ipam import InMemoryAllocator, IpamRuntime, SubnetServ
 from fleetledger.adapters.runtime import Folded
 from fleetledger.domain.ipam import BatchSizeChanged, SubnetEvent
 from fleetledger.eventstore import EventStore
-from fleetledger.projections.subnets import SubnetsProjection, dump_at, dump_of
+from fleetledger.projections.subnets import (
+    SUBNET_EVENT_TYPE_NAMES,
+    SubnetsProjection,
+    dump_at,
+    dump_of,
+)
 from tests.adapters.ipam.support import EPOCH, SUBNET, allocator
 
 NODES = tuple(f"node-{i}" for i in range(30))
@@ -55,6 +60,18 @@ class TestFolding:
         assert rebuilt.position == live.position == store.head()
         assert rebuilt.subnets() == live.subnets()
         assert rebuilt.dump() == live.dump()
+
+    def test_folding_the_events_handed_over_equals_decoding_them(self, store: EventStore) -> None:
+        """The runtime's model takes its own streams' events as handed over, not decoded
+        again, and holds what a model decoding every event holds."""
+        runtime = busy_subnet(store)
+        decoded = SubnetsProjection()
+        decoded.catch_up(store)
+
+        assert len(runtime.projection.recent) == len(store.read_all(types=SUBNET_EVENT_TYPE_NAMES))
+        assert runtime.projection.position == decoded.position == store.head()
+        assert runtime.projection.subnets() == decoded.subnets()
+        assert runtime.projection.dump() == decoded.dump()
 
     def test_a_page_folds_as_its_events_one_by_one(self, store: EventStore) -> None:
         """Folding the log a page at a time, the first page again, gives the subnets, dump and

@@ -54,3 +54,19 @@ class TestRelease:
         fake.release(SUBNET, "a", ips[:1])
 
         assert fake.held(SUBNET) == {"a": ips[1:]}
+
+    def test_the_lowest_free_ips_go_first_and_each_to_one_node(self) -> None:
+        """Freed IPs below the untouched ones are handed out first, in address order, and an IP
+        released twice is still handed to one node only."""
+        fake = allocator(capacity=6)  # 10.0.0.0 to 10.0.0.5
+        low = fake.allocate(SUBNET, "a", request=1, count=2)
+        middle = fake.allocate(SUBNET, "b", request=1, count=2)
+        fake.release(SUBNET, "b", middle)
+        fake.release(SUBNET, "a", low[1:])
+        fake.release(SUBNET, "a", low[1:])
+
+        again = fake.allocate(SUBNET, "c", request=1, count=6)
+
+        assert (low, middle) == (("10.0.0.0", "10.0.0.1"), ("10.0.0.2", "10.0.0.3"))
+        assert again == ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5")
+        assert fake.held(SUBNET) == {"a": ("10.0.0.0",), "c": again}
