@@ -161,11 +161,18 @@ def append_buckets(base_url: str) -> dict[str, float] | None:
     return buckets or None
 
 
+_TAIL_BOUNDS = ("count", "0.05", "0.25")
+"""The readings :func:`commit_tail` subtracts: the count and the buckets of 50 and 250 ms."""
+
+
 def commit_tail(
     before: dict[str, float] | None, after: dict[str, float] | None
 ) -> CommitTail | None:
-    """What the histogram gained between two readings of :func:`append_buckets`."""
+    """What the histogram gained between two readings of :func:`append_buckets`; ``None``
+    when either is unknown or lacks a bound counted here (every append would look slow)."""
     if before is None or after is None:
+        return None
+    if any(bound not in reading for reading in (before, after) for bound in _TAIL_BOUNDS):
         return None
 
     def gained(key: str) -> int:

@@ -131,6 +131,15 @@ class TestCommitTail:
         assert commit_tail(None, {"count": 1.0}) is None
         assert commit_tail({"count": 1.0}, None) is None
 
+    def test_is_unknown_when_a_reading_lacks_a_bound(self) -> None:
+        """A histogram without the 50 ms or 250 ms bucket would count every append as slow:
+        the figure is unknown instead."""
+        whole = {"0.05": 1.0, "0.25": 1.0, "count": 1.0}
+        for bound in ("0.05", "0.25", "count"):
+            partial = {k: v for k, v in whole.items() if k != bound}
+            assert commit_tail(whole, partial) is None
+            assert commit_tail(partial, whole) is None
+
 
 @needs_wrk
 class TestBenchServeWrk:
